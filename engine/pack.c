@@ -1,0 +1,256 @@
+/* Pack discovery and config.json validation.
+ *
+ * A pack is a directory: config.json, weights (model.q4nx, model.safetensors, or a
+ * sharded safetensors index), tokenizer.json and tokenizer_config.json. This file
+ * decides whether a directory is a usable pack and what shape of model it holds;
+ * reading tensors is the weights loader's job. Every check fails with one line that
+ * names the file and the field, because the user's next step is to fix that file.
+ */
+#include "engine/engine.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct eng_pack {
+    struct eng_pack_info info;
+    char *dir;
+    char *model_type;
+};
+
+static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+const char *eng_weights_format_name(enum eng_weights_format f)
+{
+    switch (f) {
+    case ENG_WEIGHTS_Q4NX: return "q4nx";
+    case ENG_WEIGHTS_SAFETENSORS: return "safetensors";
+    case ENG_WEIGHTS_SAFETENSORS_SHARDED: return "safetensors-sharded";
+    }
+    return "unknown";
+}
+
+/* Size of a regular file, or -errno. */
+static int64_t file_size(const char *dir, const char *name)
+{
+    char path[PATH_MAX];
+    struct stat st;
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, name) >= sizeof path)
+        return -ENAMETOOLONG;
+    if (stat(path, &st) != 0)
+        return -errno;
+    if (!S_ISREG(st.st_mode))
+        return -EISDIR;
+    return (int64_t)st.st_size;
+}
+
+/* An integer field of config.json within [lo, hi]; `def` (>= 0) when absent. */
+static int get_int(json_t *cfg, const char *path, const char *key, long long lo, long long hi,
+                   long long def, int *out, char *err, size_t errlen)
+{
+    json_t *v = json_object_get(cfg, key);
+    if (!v || json_is_null(v)) {
+        if (def >= 0) {
+            *out = (int)def;
+            return 0;
+        }
+        return fail(err, errlen, -EINVAL, "%s: missing integer field '%s'", path, key);
+    }
+    /* Some exporters write 2048.0; accept integral reals, nothing else. */
+    long long x;
+    if (json_is_integer(v)) {
+        x = json_integer_value(v);
+    } else if (json_is_real(v) && json_real_value(v) == (double)(long long)json_real_value(v)) {
+        x = (long long)json_real_value(v);
+    } else {
+        return fail(err, errlen, -EINVAL, "%s: field '%s' must be an integer", path, key);
+    }
+    if (x < lo || x > hi)
+        return fail(err, errlen, -EINVAL, "%s: field '%s' = %lld is out of range (%lld..%lld)",
+                    path, key, x, lo, hi);
+    *out = (int)x;
+    return 0;
+}
+
+static int get_real(json_t *cfg, const char *path, const char *key, double lo, double hi,
+                    double def, double *out, char *err, size_t errlen)
+{
+    json_t *v = json_object_get(cfg, key);
+    if (!v || json_is_null(v)) {
+        *out = def;
+        return 0;
+    }
+    if (!json_is_number(v))
+        return fail(err, errlen, -EINVAL, "%s: field '%s' must be a number", path, key);
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi))
+        return fail(err, errlen, -EINVAL, "%s: field '%s' = %g is out of range (%g..%g)", path,
+                    key, x, lo, hi);
+    *out = x;
+    return 0;
+}
+
+static int read_hparams(json_t *cfg, const char *path, struct eng_hparams *hp, char *err,
+                        size_t errlen)
+{
+    int rc;
+    if ((rc = get_int(cfg, path, "num_hidden_layers", 1, 1024, -1, &hp->n_layers, err, errlen)) ||
+        (rc = get_int(cfg, path, "hidden_size", 64, 65536, -1, &hp->n_embd, err, errlen)) ||
+        (rc = get_int(cfg, path, "num_attention_heads", 1, 1024, -1, &hp->n_heads, err, errlen)) ||
+        (rc = get_int(cfg, path, "num_key_value_heads", 1, 1024, hp->n_heads, &hp->n_kv_heads,
+                      err, errlen)) ||
+        (rc = get_int(cfg, path, "intermediate_size", 1, 1 << 20, -1, &hp->n_ff, err, errlen)) ||
+        (rc = get_int(cfg, path, "vocab_size", 2, 1 << 24, -1, &hp->n_vocab, err, errlen)) ||
+        (rc = get_int(cfg, path, "max_position_embeddings", 1, 1 << 24, 4096, &hp->n_ctx_train,
+                      err, errlen)))
+        return rc;
+    if (hp->n_embd % hp->n_heads != 0 && !json_object_get(cfg, "head_dim"))
+        return fail(err, errlen, -EINVAL,
+                    "%s: hidden_size %d is not a multiple of num_attention_heads %d and no "
+                    "head_dim is given",
+                    path, hp->n_embd, hp->n_heads);
+    if ((rc = get_int(cfg, path, "head_dim", 8, 1024, hp->n_embd / hp->n_heads, &hp->head_dim,
+                      err, errlen)))
+        return rc;
+    if (hp->head_dim % 2 != 0)
+        return fail(err, errlen, -EINVAL, "%s: head_dim %d must be even (RoPE rotates pairs)",
+                    path, hp->head_dim);
+    if (hp->n_heads % hp->n_kv_heads != 0)
+        return fail(err, errlen, -EINVAL,
+                    "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
+                    path, hp->n_heads, hp->n_kv_heads);
+    if ((rc = get_real(cfg, path, "rms_norm_eps", 1e-12, 1e-1, 1e-6, &hp->rms_norm_eps, err,
+                       errlen)) ||
+        (rc = get_real(cfg, path, "rope_theta", 1.0, 1e12, 10000.0, &hp->rope_theta, err, errlen)))
+        return rc;
+    json_t *tie = json_object_get(cfg, "tie_word_embeddings");
+    if (tie && !json_is_boolean(tie) && !json_is_null(tie))
+        return fail(err, errlen, -EINVAL, "%s: field 'tie_word_embeddings' must be a boolean",
+                    path);
+    hp->tie_embeddings = json_is_true(tie);
+    return 0;
+}
+
+/* The weights: a Q4NX file first (the NPU pack), else the HF checkpoint. */
+static int find_weights(const char *dir, struct eng_pack_info *info, char *err, size_t errlen)
+{
+    static const struct {
+        const char *name;
+        enum eng_weights_format format;
+    } candidates[] = {
+        {"model.q4nx", ENG_WEIGHTS_Q4NX},
+        {"model.safetensors", ENG_WEIGHTS_SAFETENSORS},
+        {"model.safetensors.index.json", ENG_WEIGHTS_SAFETENSORS_SHARDED},
+    };
+    for (size_t i = 0; i < sizeof candidates / sizeof *candidates; i++) {
+        int64_t sz = file_size(dir, candidates[i].name);
+        if (sz == -ENOENT)
+            continue;
+        if (sz < 0)
+            return fail(err, errlen, (int)sz, "%s/%s: %s", dir, candidates[i].name,
+                        strerror((int)-sz));
+        if (sz == 0)
+            return fail(err, errlen, -EINVAL, "%s/%s: file is empty", dir, candidates[i].name);
+        info->format = candidates[i].format;
+        info->weights_bytes = sz;
+        return 0;
+    }
+    return fail(err, errlen, -ENOENT,
+                "%s: no weights (expected model.q4nx, model.safetensors or "
+                "model.safetensors.index.json)",
+                dir);
+}
+
+int eng_pack_open(const char *dir, eng_pack **out, char *err, size_t errlen)
+{
+    char path[PATH_MAX];
+    json_t *cfg = NULL;
+    eng_pack *p = NULL;
+    int rc;
+
+    *out = NULL;
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return fail(err, errlen, -errno, "%s: %s", dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return fail(err, errlen, -ENOTDIR, "%s: not a directory (a pack is a directory)", dir);
+
+    if ((size_t)snprintf(path, sizeof path, "%s/config.json", dir) >= sizeof path)
+        return fail(err, errlen, -ENAMETOOLONG, "%s: path too long", dir);
+    json_error_t jerr;
+    cfg = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (!cfg) {
+        if (access(path, R_OK) != 0)
+            return fail(err, errlen, -errno, "%s: %s", path, strerror(errno));
+        return fail(err, errlen, -EINVAL, "%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
+    }
+    if (!json_is_object(cfg)) {
+        rc = fail(err, errlen, -EINVAL, "%s: top level must be a JSON object", path);
+        goto out;
+    }
+
+    p = calloc(1, sizeof *p);
+    if (!p) {
+        rc = fail(err, errlen, -ENOMEM, "out of memory");
+        goto out;
+    }
+    json_t *mt = json_object_get(cfg, "model_type");
+    if (!json_is_string(mt)) {
+        rc = fail(err, errlen, -EINVAL, "%s: missing string field 'model_type'", path);
+        goto out;
+    }
+    p->model_type = strdup(json_string_value(mt));
+    p->dir = strdup(dir);
+    if (!p->model_type || !p->dir) {
+        rc = fail(err, errlen, -ENOMEM, "out of memory");
+        goto out;
+    }
+    if ((rc = read_hparams(cfg, path, &p->info.hp, err, errlen)))
+        goto out;
+    if ((rc = find_weights(dir, &p->info, err, errlen)))
+        goto out;
+    int64_t tok = file_size(dir, "tokenizer.json");
+    if (tok <= 0) {
+        rc = fail(err, errlen, tok < 0 ? (int)tok : -EINVAL, "%s/tokenizer.json: %s", dir,
+                  tok < 0 ? strerror((int)-tok) : "file is empty");
+        goto out;
+    }
+    p->info.dir = p->dir;
+    p->info.model_type = p->model_type;
+    *out = p;
+    p = NULL;
+    rc = 0;
+out:
+    eng_pack_free(p);
+    json_decref(cfg);
+    return rc;
+}
+
+void eng_pack_free(eng_pack *p)
+{
+    if (!p)
+        return;
+    free(p->dir);
+    free(p->model_type);
+    free(p);
+}
+
+const struct eng_pack_info *eng_pack_get_info(const eng_pack *p) { return &p->info; }
