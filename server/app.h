@@ -1,0 +1,28 @@
+/* The daemon's state as the route handlers see it. Internal to server/. */
+#ifndef MINICPMD_SERVER_APP_H
+#define MINICPMD_SERVER_APP_H
+
+#include "api/api.h"
+#include "config/config.h"
+#include "engine/engine.h"
+#include "server/http.h"
+#include "server/metrics.h"
+
+#include <stdint.h>
+
+struct srv_app {
+    const struct cfg *cfg;
+    const struct cfg_model_location *model;
+    const char *device;              /* the device that serves, for /health */
+    enum api_health_state state;     /* loop thread only */
+    eng_pack *pack;                  /* set when state == API_HEALTH_OK */
+    char *load_error;
+    int64_t model_created;           /* unix time the model became ready */
+    srv_http *http;
+    srv_metrics *metrics;
+};
+
+extern const struct srv_route srv_routes[];
+extern const size_t srv_n_routes;
+
+#endif

@@ -1,0 +1,133 @@
+/* The route table and the handlers of the routes the daemon shell serves. Bodies
+ * come from api/; this file only decides which one and with what status. */
+#include "server/app.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct srv_app *app_of(srv_request *req) { return srv_request_app(req); }
+
+static void fill_meta(const struct srv_app *app, struct api_model_meta *meta)
+{
+    const struct eng_pack_info *info = eng_pack_get_info(app->pack);
+    *meta = (struct api_model_meta){
+        .n_layers = info->hp.n_layers,
+        .n_embd = info->hp.n_embd,
+        .n_heads = info->hp.n_heads,
+        .n_kv_heads = info->hp.n_kv_heads,
+        .n_vocab = info->hp.n_vocab,
+        .n_ctx_train = info->hp.n_ctx_train,
+        .size_bytes = info->weights_bytes,
+    };
+}
+
+static const char *model_status(enum api_health_state s)
+{
+    switch (s) {
+    case API_HEALTH_OK: return "ready";
+    case API_HEALTH_LOADING: return "loading";
+    case API_HEALTH_FAILED: return "failed";
+    default: return "unavailable";
+    }
+}
+
+/* The one model this daemon serves, or false when it serves none. */
+static bool describe_model(const struct srv_app *app, struct api_model *m,
+                           struct api_model_meta *meta)
+{
+    if (!app->model || app->model->source == CFG_MODEL_NONE)
+        return false;
+    bool ready = app->state == API_HEALTH_OK && app->pack;
+    if (ready)
+        fill_meta(app, meta);
+    *m = (struct api_model){
+        .id = app->model->id,
+        .created = app->model_created,
+        .owned_by = "minicpmd",
+        .meta = ready ? meta : NULL,
+        .status = model_status(app->state),
+    };
+    return true;
+}
+
+static int h_health(srv_request *req, struct srv_response *resp)
+{
+    struct srv_app *app = app_of(req);
+    struct api_health h = {
+        .state = app->state,
+        .model = app->model && app->model->source != CFG_MODEL_NONE ? app->model->id : NULL,
+        .device = app->device,
+        .detail = app->state == API_HEALTH_FAILED   ? app->load_error
+                  : app->state == API_HEALTH_NO_MODEL ? "no model configured or found; see "
+                                                        "--model in the README"
+                                                      : NULL,
+    };
+    resp->status = api_health_status(h.state);
+    resp->body = api_health_body(&h);
+    if (h.state == API_HEALTH_LOADING)
+        resp->retry_after = "2";
+    return resp->body ? 0 : -1;
+}
+
+static int h_models(srv_request *req, struct srv_response *resp)
+{
+    struct srv_app *app = app_of(req);
+    struct api_model m;
+    struct api_model_meta meta;
+    bool have = describe_model(app, &m, &meta);
+    resp->status = 200;
+    resp->body = api_models_body(&m, have ? 1 : 0);
+    return resp->body ? 0 : -1;
+}
+
+static int h_model(srv_request *req, struct srv_response *resp)
+{
+    struct srv_app *app = app_of(req);
+    struct api_model m;
+    struct api_model_meta meta;
+    const char *id = srv_request_param(req);
+    if (!describe_model(app, &m, &meta) || strcmp(id, m.id) != 0) {
+        srv_response_error(resp, API_ERR_MODEL_NOT_FOUND, "model",
+                           "the model '%s' does not exist (GET /v1/models lists the models)",
+                           id);
+        return 0;
+    }
+    resp->status = 200;
+    resp->body = api_model_body(&m);
+    return resp->body ? 0 : -1;
+}
+
+static int h_metrics(srv_request *req, struct srv_response *resp)
+{
+    struct srv_app *app = app_of(req);
+    struct srv_metrics_gauges g = {
+        .in_flight = srv_http_inflight(app->http),
+        .connections = srv_http_connections(app->http),
+        .queue_depth = 0, /* no generation queue until the worker exists */
+        .model_state = (int)app->state,
+        .model_id = app->model && app->model->source != CFG_MODEL_NONE ? app->model->id : NULL,
+        .device = app->device,
+    };
+    resp->status = 200;
+    resp->content_type = "text/plain; version=0.0.4; charset=utf-8";
+    resp->body = srv_metrics_render(app->metrics, &g);
+    return resp->body ? 0 : -1;
+}
+
+static int h_chat_completions(srv_request *req, struct srv_response *resp)
+{
+    /* The API issue replaces this with the real endpoint over the engine. */
+    srv_response_error(resp, API_ERR_NOT_IMPLEMENTED, NULL,
+                       "chat completions are not served by this build yet");
+    return 0;
+}
+
+const struct srv_route srv_routes[] = {
+    {"GET", "/health", "/health", true, h_health},
+    {"GET", "/v1/models", "/v1/models", false, h_models},
+    {"GET", "/v1/models/{id}", "/v1/models/{id}", false, h_model},
+    {"GET", "/metrics", "/metrics", false, h_metrics},
+    {"POST", "/v1/chat/completions", "/v1/chat/completions", false, h_chat_completions},
+};
+const size_t srv_n_routes = sizeof srv_routes / sizeof *srv_routes;

@@ -1,0 +1,572 @@
+/* libmicrohttpd under libuv.
+ *
+ * MHD runs in "external polling" mode with its own epoll set: we watch that one
+ * fd with a uv_poll and call MHD_run() when it is readable, then re-arm a
+ * uv_timer from MHD_get_timeout() — MHD's docs say its timeouts break unless it
+ * is run again within that many milliseconds, even without socket activity.
+ *
+ * A request goes through on_access() several times: once when the headers are in
+ * (we route, authenticate and check the declared size, and may answer at once so
+ * a rejected body is never read), once per body piece, and once at the end, when
+ * the handler runs. on_completed() is MHD's promise that it is done with the
+ * request: the only place a request is freed and counted.
+ */
+#include "server/http.h"
+
+#include "server/log.h"
+#include "server/metrics.h"
+#include "server/security.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <microhttpd.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct srv_http {
+    struct srv_http_config cfg;
+    struct MHD_Daemon *mhd;
+    uv_poll_t poll;
+    uv_timer_t timer;
+    int open_handles;            /* uv handles not yet closed */
+    size_t inflight;
+    size_t connections;
+    bool draining;
+    bool stopping;
+};
+
+struct srv_request {
+    srv_http *http;
+    struct MHD_Connection *conn;
+    char method[16];
+    char *path;
+    const struct srv_route *route;
+    const char *param;           /* into path */
+    const char *route_name;      /* metrics label */
+    char *body;
+    size_t body_len, body_cap;
+    uint64_t discarded;          /* body bytes dropped after the limit */
+    uint64_t start_ns;
+    int status;                  /* what we answered; 0 = nothing yet */
+    bool body_too_large;
+    bool has_body;               /* Content-Length > 0 or chunked */
+    bool in_headers;             /* inside on_headers() */
+    struct srv_response early;   /* decided from the headers alone, not yet sent */
+    char allow[128];             /* Allow header value; lives as long as `early` */
+};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- request accessors --------------------------------------------------- */
+
+const char *srv_request_method(const srv_request *r) { return r->method; }
+const char *srv_request_path(const srv_request *r) { return r->path; }
+const char *srv_request_param(const srv_request *r) { return r->param; }
+void *srv_request_app(const srv_request *r) { return r->http->cfg.app; }
+
+const char *srv_request_header(const srv_request *r, const char *name)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+}
+
+const char *srv_request_body(const srv_request *r, size_t *len)
+{
+    if (len)
+        *len = r->body_len;
+    return r->body ? r->body : "";
+}
+
+/* ---- responses ----------------------------------------------------------- */
+
+void srv_response_header(struct srv_response *resp, const char *name, const char *value)
+{
+    int max = (int)(sizeof resp->headers / sizeof *resp->headers);
+    if (resp->n_headers < max) {
+        resp->headers[resp->n_headers].name = name;
+        resp->headers[resp->n_headers].value = value;
+        resp->n_headers++;
+    }
+}
+
+void srv_response_error(struct srv_response *resp, enum api_error e, const char *param,
+                        const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    free(resp->body);
+    resp->body = api_error_body(e, msg, param);
+    resp->body_len = 0;
+    resp->status = api_error_status(e);
+    resp->content_type = "application/json";
+}
+
+/* The CORS headers of an actual (non-preflight) response. */
+static void add_cors(srv_request *req, struct MHD_Response *r)
+{
+    const struct srv_http_config *c = &req->http->cfg;
+    if (!c->n_cors_origins)
+        return;
+    MHD_add_response_header(r, "Vary", "Origin");
+    const char *origin = srv_request_header(req, "Origin");
+    if (srv_cors_origin_allowed(c->cors_origins, c->n_cors_origins, origin)) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
+        MHD_add_response_header(r, "Access-Control-Expose-Headers", "Retry-After");
+    }
+}
+
+/* Queue `resp` on the request's connection, consuming resp->body.
+ *
+ * An answer decided from the headers alone (an error, a preflight) is sent at once
+ * only when a body is on the way: MHD then skips the body and closes the
+ * connection. Without a body it waits for the end of the request, so the
+ * connection stays open for the next one. */
+static enum MHD_Result respond(srv_request *req, struct srv_response *resp)
+{
+    if (req->in_headers && !req->has_body) {
+        req->early = *resp;
+        *resp = (struct srv_response){0};
+        return MHD_YES;
+    }
+    if (resp->status == 0)
+        srv_response_error(resp, API_ERR_INTERNAL, NULL, "handler produced no response");
+    if (resp->body && resp->status >= 400 && !resp->body[0]) {
+        free(resp->body);
+        resp->body = NULL;
+    }
+    if (!resp->body && resp->status >= 400) {
+        /* Every error leaves as an OpenAI error object. */
+        enum api_error e = resp->status == 404 ? API_ERR_NOT_FOUND : API_ERR_INTERNAL;
+        srv_response_error(resp, e, NULL, "%s", "the server could not build a response");
+    }
+    size_t len = resp->body ? (resp->body_len ? resp->body_len : strlen(resp->body)) : 0;
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        len, resp->body ? resp->body : (void *)"", resp->body ? MHD_RESPMEM_MUST_FREE
+                                                               : MHD_RESPMEM_PERSISTENT);
+    if (!r) {
+        free(resp->body);
+        resp->body = NULL;
+        return MHD_NO;
+    }
+    resp->body = NULL; /* MHD owns it now */
+    if (len)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                                resp->content_type ? resp->content_type : "application/json");
+    if (resp->retry_after)
+        MHD_add_response_header(r, "Retry-After", resp->retry_after);
+    for (int i = 0; i < resp->n_headers; i++)
+        MHD_add_response_header(r, resp->headers[i].name, resp->headers[i].value);
+    if (resp->status == 401)
+        MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    add_cors(req, r);
+    if (req->http->draining)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    enum MHD_Result ret = MHD_queue_response(req->conn, (unsigned)resp->status, r);
+    MHD_destroy_response(r);
+    if (ret == MHD_YES)
+        req->status = resp->status;
+    return ret;
+}
+
+static enum MHD_Result respond_error(srv_request *req, enum api_error e, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static enum MHD_Result respond_error(srv_request *req, enum api_error e, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    struct srv_response resp = {0};
+    srv_response_error(&resp, e, NULL, "%s", msg);
+    return respond(req, &resp);
+}
+
+/* ---- the request's phases ------------------------------------------------ */
+
+/* Header names a preflight may ask for; echoed back only if they are plain tokens. */
+static bool is_token_list(const char *s)
+{
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              *s == '-' || *s == '_' || *s == ',' || *s == ' '))
+            return false;
+    return true;
+}
+
+/* OPTIONS: CORS preflight, or a plain "what does this path allow". */
+static enum MHD_Result preflight(srv_request *req)
+{
+    const struct srv_http_config *c = &req->http->cfg;
+    char *allow = req->allow;
+    req->route_name = "options";
+    if (!srv_router_path_known(c->routes, c->n_routes, req->path, allow, sizeof req->allow))
+        return respond_error(req, API_ERR_NOT_FOUND, "no route for OPTIONS %s", req->path);
+
+    struct srv_response resp = {.status = 204};
+    srv_response_header(&resp, "Allow", allow);
+    const char *origin = srv_request_header(req, "Origin");
+    const char *want_method = srv_request_header(req, "Access-Control-Request-Method");
+    if (origin && want_method) {
+        if (!srv_cors_origin_allowed(c->cors_origins, c->n_cors_origins, origin))
+            return respond_error(req, API_ERR_FORBIDDEN,
+                                 "origin '%s' is not allowed (configure it with --cors-origin)",
+                                 origin);
+        const char *want_headers = srv_request_header(req, "Access-Control-Request-Headers");
+        srv_response_header(&resp, "Access-Control-Allow-Methods", allow);
+        srv_response_header(&resp, "Access-Control-Allow-Headers",
+                            want_headers && is_token_list(want_headers)
+                                ? want_headers
+                                : "Authorization, Content-Type, X-Api-Key");
+        srv_response_header(&resp, "Access-Control-Max-Age", "600");
+    }
+    return respond(req, &resp);
+}
+
+/* First call: the headers are in, the body (if any) is not. Decide everything
+ * that can be decided without the body. Returns MHD_YES to go on reading. */
+static enum MHD_Result on_headers(srv_request *req)
+{
+    srv_http *h = req->http;
+    const struct srv_http_config *c = &h->cfg;
+
+    if (h->draining) {
+        req->route_name = "other";
+        struct srv_response resp = {0};
+        srv_response_error(&resp, API_ERR_SHUTTING_DOWN, NULL, "the server is shutting down");
+        resp.retry_after = "5";
+        return respond(req, &resp);
+    }
+    if (strcmp(req->method, "OPTIONS") == 0)
+        return preflight(req);
+
+    char *allow = req->allow;
+    enum srv_match m = srv_router_match(c->routes, c->n_routes, req->method, req->path,
+                                        &req->route, &req->param, allow, sizeof req->allow);
+    req->route_name = m == SRV_MATCH_NOT_FOUND ? "other" : req->route->name;
+
+    /* Authenticate before telling anything about the path, except public routes. */
+    bool is_public = req->route && req->route->is_public;
+    if (c->api_key && !is_public) {
+        const char *key = srv_auth_presented_key(srv_request_header(req, "Authorization"),
+                                                 srv_request_header(req, "X-Api-Key"));
+        if (!srv_auth_key_matches(c->api_key, key))
+            return respond_error(req, API_ERR_UNAUTHORIZED,
+                                 key ? "invalid API key"
+                                     : "missing API key (send 'Authorization: Bearer <key>' or "
+                                       "'X-Api-Key: <key>')");
+    }
+    if (m == SRV_MATCH_NOT_FOUND)
+        return respond_error(req, API_ERR_NOT_FOUND, "no route for %s %s", req->method,
+                             req->path);
+    if (m == SRV_MATCH_METHOD_NOT_ALLOWED) {
+        struct srv_response resp = {0};
+        srv_response_error(&resp, API_ERR_METHOD_NOT_ALLOWED, NULL,
+                           "method %s is not allowed on %s (allowed: %s)", req->method,
+                           req->path, allow);
+        srv_response_header(&resp, "Allow", allow);
+        return respond(req, &resp);
+    }
+
+    /* A declared length over the limit is refused before a byte of it is read
+     * (and before MHD sends "100 Continue"). */
+    const char *cl = srv_request_header(req, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl) {
+        char *end;
+        errno = 0;
+        unsigned long long n = strtoull(cl, &end, 10);
+        if (!errno && end != cl && n > c->max_body_bytes)
+            return respond_error(req, API_ERR_BODY_TOO_LARGE,
+                                 "request body of %llu bytes is larger than the limit of %zu "
+                                 "bytes (--max-body-bytes)",
+                                 n, c->max_body_bytes);
+    }
+    return MHD_YES;
+}
+
+/* A piece of the body. Chunked uploads have no declared length, so the limit is
+ * also enforced here; the excess is read and dropped so the 413 can still be
+ * sent, up to a bound past which the connection is simply closed. */
+static enum MHD_Result on_body(srv_request *req, const char *data, size_t size)
+{
+    size_t max = req->http->cfg.max_body_bytes;
+    if (req->body_too_large || req->body_len + size > max) {
+        req->body_too_large = true;
+        req->discarded += size;
+        if (req->discarded > (uint64_t)max + (64u << 20)) {
+            log_warn("closing connection: request body keeps coming past %zu bytes", max);
+            return MHD_NO;
+        }
+        return MHD_YES;
+    }
+    if (req->body_len + size + 1 > req->body_cap) {
+        size_t cap = req->body_cap ? req->body_cap : 4096;
+        while (cap < req->body_len + size + 1)
+            cap *= 2;
+        if (cap > max + 1)
+            cap = max + 1;
+        char *p = realloc(req->body, cap);
+        if (!p)
+            return MHD_NO;
+        req->body = p;
+        req->body_cap = cap;
+    }
+    memcpy(req->body + req->body_len, data, size);
+    req->body_len += size;
+    req->body[req->body_len] = '\0';
+    return MHD_YES;
+}
+
+/* The whole request is in: run the handler. */
+static enum MHD_Result on_complete_request(srv_request *req)
+{
+    if (req->body_too_large)
+        return respond_error(req, API_ERR_BODY_TOO_LARGE,
+                             "request body is larger than the limit of %zu bytes "
+                             "(--max-body-bytes)",
+                             req->http->cfg.max_body_bytes);
+    struct srv_response resp = {0};
+    if (req->route->handler(req, &resp) != 0 || resp.status == 0) {
+        free(resp.body);
+        resp = (struct srv_response){0};
+        srv_response_error(&resp, API_ERR_INTERNAL, NULL, "internal error in %s",
+                           req->route->name);
+    }
+    return respond(req, &resp);
+}
+
+static srv_request *request_new(srv_http *h, struct MHD_Connection *conn, const char *url,
+                                const char *method)
+{
+    srv_request *req = calloc(1, sizeof *req);
+    if (!req)
+        return NULL;
+    req->http = h;
+    req->conn = conn;
+    req->start_ns = now_ns();
+    req->route_name = "other";
+    snprintf(req->method, sizeof req->method, "%s", method);
+    req->path = strdup(url && *url ? url : "/");
+    if (!req->path) {
+        free(req);
+        return NULL;
+    }
+    return req;
+}
+
+static void request_free(srv_request *req)
+{
+    if (!req)
+        return;
+    free(req->early.body);
+    free(req->body);
+    free(req->path);
+    free(req);
+}
+
+static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *url,
+                                 const char *method, const char *version,
+                                 const char *upload_data, size_t *upload_data_size,
+                                 void **con_cls)
+{
+    srv_http *h = cls;
+    srv_request *req = *con_cls;
+    if (!req) {
+        req = request_new(h, conn, url, method);
+        if (!req)
+            return MHD_NO;
+        *con_cls = req;
+        h->inflight++;
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        req->has_body = (cl && strcmp(cl, "0") != 0) ||
+                        MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                    MHD_HTTP_HEADER_TRANSFER_ENCODING);
+        req->in_headers = true;
+        enum MHD_Result r = on_headers(req);
+        req->in_headers = false;
+        return r;
+    }
+    if (req->status || req->early.status) { /* answered from the headers */
+        bool last = *upload_data_size == 0;
+        *upload_data_size = 0;
+        if (last && !req->status)
+            return respond(req, &req->early);
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        enum MHD_Result r = on_body(req, upload_data, *upload_data_size);
+        *upload_data_size = 0;
+        return r;
+    }
+    return on_complete_request(req);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    srv_http *h = cls;
+    srv_request *req = *con_cls;
+    if (!req)
+        return;
+    *con_cls = NULL;
+    h->inflight--;
+    double secs = (double)(now_ns() - req->start_ns) / 1e9;
+    /* A request that died before an answer is counted as 499 (client closed), the
+     * nginx convention, so dashboards see it. */
+    int status = req->status ? req->status : 499;
+    srv_metrics_record(h->cfg.metrics, req->route_name, status, secs);
+    /* Health probes are frequent and their 503 while loading is expected. */
+    enum cfg_log_level lvl = (req->route && req->route->is_public) ? CFG_LOG_DEBUG
+                             : status >= 500                       ? CFG_LOG_WARN
+                                                                   : CFG_LOG_INFO;
+    if (srv_log_enabled(lvl))
+        srv_log(lvl, "%s %s -> %d in %.1f ms%s", req->method, req->path, status, secs * 1e3,
+                toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection ended early)");
+    request_free(req);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    srv_http *h = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED)
+        h->connections++;
+    else if (h->connections)
+        h->connections--;
+}
+
+__attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const char *fmt,
+                                                               va_list ap)
+{
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+        msg[--n] = '\0';
+    log_debug("libmicrohttpd: %s", msg);
+}
+
+/* ---- the uv side --------------------------------------------------------- */
+
+static void on_timer(uv_timer_t *t);
+
+static void arm_timer(srv_http *h)
+{
+    MHD_UNSIGNED_LONG_LONG ms;
+    if (h->stopping)
+        return;
+    if (MHD_get_timeout(h->mhd, &ms) == MHD_YES)
+        uv_timer_start(&h->timer, on_timer, ms, 0);
+    else
+        uv_timer_stop(&h->timer);
+}
+
+static void run_mhd(srv_http *h)
+{
+    if (h->stopping)
+        return;
+    MHD_run(h->mhd);
+    arm_timer(h);
+}
+
+static void on_timer(uv_timer_t *t) { run_mhd(t->data); }
+
+static void on_poll(uv_poll_t *p, int status, int events)
+{
+    srv_http *h = p->data;
+    if (status < 0)
+        log_warn("poll on the HTTP event fd failed: %s", uv_strerror(status));
+    run_mhd(h);
+}
+
+int srv_http_start(uv_loop_t *loop, const struct srv_http_config *cfg, srv_http **out, char *err,
+                   size_t errlen)
+{
+    srv_http *h = calloc(1, sizeof *h);
+    if (!h) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    h->cfg = *cfg;
+    /* SIGPIPE is ignored process-wide by main(); tell MHD so it need not. */
+    h->mhd = MHD_start_daemon(
+        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_access,
+        h, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)cfg->listen_fd, MHD_OPTION_CONNECTION_LIMIT,
+        cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT, cfg->timeout_s,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION,
+        on_connection, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
+        MHD_OPTION_SIGPIPE_HANDLED_BY_APP, 1, MHD_OPTION_END);
+    if (!h->mhd) {
+        snprintf(err, errlen, "libmicrohttpd failed to start on the listening socket");
+        free(h);
+        return -1;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+    if (!info) {
+        snprintf(err, errlen, "libmicrohttpd has no epoll fd");
+        MHD_stop_daemon(h->mhd);
+        free(h);
+        return -1;
+    }
+    uv_poll_init(loop, &h->poll, info->epoll_fd);
+    uv_timer_init(loop, &h->timer);
+    h->poll.data = h;
+    h->timer.data = h;
+    h->open_handles = 2;
+    uv_poll_start(&h->poll, UV_READABLE, on_poll);
+    arm_timer(h);
+    *out = h;
+    return 0;
+}
+
+void srv_http_drain(srv_http *h)
+{
+    if (h->draining)
+        return;
+    h->draining = true;
+    /* MHD hands the listening socket back; closing it refuses new connections
+     * (under socket activation systemd keeps its copy and queues them for the
+     * next start). */
+    MHD_socket fd = MHD_quiesce_daemon(h->mhd);
+    if (fd != MHD_INVALID_SOCKET)
+        close(fd);
+    run_mhd(h);
+}
+
+size_t srv_http_inflight(const srv_http *h) { return h->inflight; }
+size_t srv_http_connections(const srv_http *h) { return h->connections; }
+
+static void on_handle_closed(uv_handle_t *handle)
+{
+    srv_http *h = handle->data;
+    if (--h->open_handles == 0)
+        free(h);
+}
+
+void srv_http_stop(srv_http *h)
+{
+    if (!h || h->stopping)
+        return;
+    uv_poll_stop(&h->poll);
+    uv_timer_stop(&h->timer);
+    /* Runs on_completed for what is still open; it needs h and the metrics. */
+    MHD_stop_daemon(h->mhd);
+    h->mhd = NULL;
+    h->stopping = true;
+    uv_close((uv_handle_t *)&h->poll, on_handle_closed);
+    uv_close((uv_handle_t *)&h->timer, on_handle_closed);
+}

@@ -1,0 +1,85 @@
+/* http — libmicrohttpd driven by the libuv loop thread.
+ *
+ * No MHD thread: MHD's epoll fd sits under a uv_poll and a uv_timer follows
+ * MHD_get_timeout(), so every request callback runs on the loop thread. This layer
+ * owns what every route shares: routing, the API key, CORS, the body limit, error
+ * bodies, per-request accounting and draining. Handlers see a srv_request and fill
+ * a srv_response.
+ */
+#ifndef MINICPMD_SERVER_HTTP_H
+#define MINICPMD_SERVER_HTTP_H
+
+#include "api/api.h"
+#include "server/router.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <uv.h>
+
+struct srv_metrics;
+
+struct srv_http_config {
+    int listen_fd;                  /* bound and listening; MHD takes ownership */
+    unsigned max_connections;
+    unsigned timeout_s;             /* idle timeout per connection, 0 = none */
+    size_t max_body_bytes;
+    const char *api_key;            /* NULL = no auth */
+    char *const *cors_origins;
+    size_t n_cors_origins;
+    const struct srv_route *routes;
+    size_t n_routes;
+    void *app;                      /* handed to handlers via srv_request_app() */
+    struct srv_metrics *metrics;    /* requests are counted here */
+};
+
+typedef struct srv_http srv_http;
+typedef struct srv_request srv_request;
+
+/* Start serving on `loop`. Returns 0, or -1 with a one-line reason in `err`. */
+int srv_http_start(uv_loop_t *loop, const struct srv_http_config *cfg, srv_http **out, char *err,
+                   size_t errlen);
+
+/* Stop accepting new connections and answer requests that arrive on open
+ * connections with 503 shutting_down; requests already in flight go on. */
+void srv_http_drain(srv_http *h);
+
+/* Requests that have reached a handler (or are being read) and not completed. */
+size_t srv_http_inflight(const srv_http *h);
+/* Open TCP connections. */
+size_t srv_http_connections(const srv_http *h);
+
+/* Close every connection, stop MHD and close the uv handles. `h` is freed once the
+ * loop has run the close callbacks. */
+void srv_http_stop(srv_http *h);
+
+/* ---- what handlers see -------------------------------------------------- */
+
+struct srv_response {
+    int status;                 /* HTTP status */
+    char *body;                 /* malloc'd; the server frees it. NULL = empty */
+    size_t body_len;            /* 0 = strlen(body) */
+    const char *content_type;   /* NULL = "application/json" */
+    const char *retry_after;    /* Retry-After value, or NULL */
+    struct {                    /* further headers: static strings, or strings that */
+        const char *name;       /* live as long as the request (never the stack)    */
+        const char *value;
+    } headers[4];
+    int n_headers;
+};
+
+/* Add a header to `resp` (silently ignored past the fixed limit: a programming
+ * error caught by the unit tests). */
+void srv_response_header(struct srv_response *resp, const char *name, const char *value);
+
+/* Fill `resp` with an OpenAI error object for `e`; the message is printf-style. */
+void srv_response_error(struct srv_response *resp, enum api_error e, const char *param,
+                        const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+const char *srv_request_method(const srv_request *r);
+const char *srv_request_path(const srv_request *r);
+const char *srv_request_param(const srv_request *r);    /* the route's {id}, or NULL */
+const char *srv_request_header(const srv_request *r, const char *name);
+const char *srv_request_body(const srv_request *r, size_t *len);
+void *srv_request_app(const srv_request *r);
+
+#endif

@@ -1,0 +1,227 @@
+#include "server/metrics.h"
+
+#include "api/api.h"
+#include "minicpmd-build.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Request-duration histogram buckets, seconds. Generation requests run for
+ * seconds to minutes; health checks for microseconds. */
+static const double buckets[] = {0.005, 0.05, 0.5, 5, 30, 120};
+#define N_BUCKETS (sizeof buckets / sizeof *buckets)
+
+struct series {
+    const char *route;
+    int status;
+    uint64_t count;
+};
+
+struct route_hist {
+    const char *route;
+    uint64_t le[N_BUCKETS];
+    uint64_t count;
+    double sum;
+};
+
+struct srv_metrics {
+    struct series *series;
+    size_t n_series, cap_series;
+    struct route_hist *hist;
+    size_t n_hist, cap_hist;
+    time_t start;
+};
+
+srv_metrics *srv_metrics_new(void)
+{
+    srv_metrics *m = calloc(1, sizeof *m);
+    if (m)
+        m->start = time(NULL);
+    return m;
+}
+
+void srv_metrics_free(srv_metrics *m)
+{
+    if (!m)
+        return;
+    free(m->series);
+    free(m->hist);
+    free(m);
+}
+
+/* Grow `*arr` of `*cap` elements of `size` bytes to hold one more. */
+static int grow(void **arr, size_t *cap, size_t n, size_t size)
+{
+    if (n < *cap)
+        return 0;
+    size_t ncap = *cap ? *cap * 2 : 16;
+    void *p = realloc(*arr, ncap * size);
+    if (!p)
+        return -1;
+    *arr = p;
+    *cap = ncap;
+    return 0;
+}
+
+void srv_metrics_record(srv_metrics *m, const char *route, int status, double seconds)
+{
+    size_t i;
+    for (i = 0; i < m->n_series; i++)
+        if (m->series[i].status == status && strcmp(m->series[i].route, route) == 0)
+            break;
+    if (i == m->n_series) {
+        if (grow((void **)&m->series, &m->cap_series, m->n_series, sizeof *m->series) != 0)
+            return; /* out of memory: lose a sample rather than the request */
+        m->series[m->n_series++] = (struct series){route, status, 0};
+    }
+    m->series[i].count++;
+
+    for (i = 0; i < m->n_hist; i++)
+        if (strcmp(m->hist[i].route, route) == 0)
+            break;
+    if (i == m->n_hist) {
+        if (grow((void **)&m->hist, &m->cap_hist, m->n_hist, sizeof *m->hist) != 0)
+            return;
+        m->hist[m->n_hist++] = (struct route_hist){.route = route};
+    }
+    struct route_hist *h = &m->hist[i];
+    for (size_t b = 0; b < N_BUCKETS; b++)
+        if (seconds <= buckets[b])
+            h->le[b]++;
+    h->count++;
+    h->sum += seconds;
+}
+
+/* A growing string buffer; on allocation failure it stays failed. */
+struct buf {
+    char *s;
+    size_t len, cap;
+    int failed;
+};
+
+static void bprintf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void bprintf(struct buf *b, const char *fmt, ...)
+{
+    if (b->failed)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->failed = 1;
+            return;
+        }
+        if (b->s && b->len + (size_t)n < b->cap) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t ncap = (b->cap ? b->cap * 2 : 4096) + (size_t)n;
+        char *p = realloc(b->s, ncap);
+        if (!p) {
+            b->failed = 1;
+            return;
+        }
+        b->s = p;
+        b->cap = ncap;
+    }
+}
+
+/* Label values are route strings and ids from config; escape per the format. */
+static void blabel(struct buf *b, const char *v)
+{
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"')
+            bprintf(b, "\\%c", *v);
+        else if (*v == '\n')
+            bprintf(b, "\\n");
+        else
+            bprintf(b, "%c", *v);
+    }
+}
+
+static const char *const state_names[] = {
+    [API_HEALTH_LOADING] = "loading",   [API_HEALTH_OK] = "ready",
+    [API_HEALTH_NO_MODEL] = "no_model", [API_HEALTH_FAILED] = "failed",
+    [API_HEALTH_STOPPING] = "stopping",
+};
+
+char *srv_metrics_render(const srv_metrics *m, const struct srv_metrics_gauges *g)
+{
+    struct buf b = {0};
+    bprintf(&b, "# HELP minicpmd_build_info Build information.\n"
+                "# TYPE minicpmd_build_info gauge\n"
+                "minicpmd_build_info{version=\"%s\"} 1\n",
+            MINICPMD_VERSION);
+    bprintf(&b, "# HELP process_start_time_seconds Start time of the process since the epoch.\n"
+                "# TYPE process_start_time_seconds gauge\n"
+                "process_start_time_seconds %lld\n",
+            (long long)m->start);
+
+    bprintf(&b, "# HELP minicpmd_model_state 1 for the daemon's current model state.\n"
+                "# TYPE minicpmd_model_state gauge\n");
+    for (size_t s = 0; s < sizeof state_names / sizeof *state_names; s++)
+        bprintf(&b, "minicpmd_model_state{state=\"%s\"} %d\n", state_names[s],
+                (int)s == g->model_state);
+    if (g->model_id) {
+        bprintf(&b, "# HELP minicpmd_model_info The served model and device.\n"
+                    "# TYPE minicpmd_model_info gauge\n"
+                    "minicpmd_model_info{model=\"");
+        blabel(&b, g->model_id);
+        bprintf(&b, "\",device=\"");
+        blabel(&b, g->device ? g->device : "none");
+        bprintf(&b, "\"} 1\n");
+    }
+
+    bprintf(&b, "# HELP minicpmd_http_requests_total HTTP requests answered, by route and "
+                "status.\n"
+                "# TYPE minicpmd_http_requests_total counter\n");
+    for (size_t i = 0; i < m->n_series; i++) {
+        bprintf(&b, "minicpmd_http_requests_total{route=\"");
+        blabel(&b, m->series[i].route);
+        bprintf(&b, "\",status=\"%d\"} %llu\n", m->series[i].status,
+                (unsigned long long)m->series[i].count);
+    }
+
+    bprintf(&b, "# HELP minicpmd_http_request_duration_seconds Time from request to the end "
+                "of the response.\n"
+                "# TYPE minicpmd_http_request_duration_seconds histogram\n");
+    for (size_t i = 0; i < m->n_hist; i++) {
+        const struct route_hist *h = &m->hist[i];
+        for (size_t k = 0; k < N_BUCKETS; k++) {
+            bprintf(&b, "minicpmd_http_request_duration_seconds_bucket{route=\"");
+            blabel(&b, h->route);
+            bprintf(&b, "\",le=\"%g\"} %llu\n", buckets[k], (unsigned long long)h->le[k]);
+        }
+        bprintf(&b, "minicpmd_http_request_duration_seconds_bucket{route=\"");
+        blabel(&b, h->route);
+        bprintf(&b, "\",le=\"+Inf\"} %llu\n", (unsigned long long)h->count);
+        bprintf(&b, "minicpmd_http_request_duration_seconds_sum{route=\"");
+        blabel(&b, h->route);
+        bprintf(&b, "\"} %.6f\n", h->sum);
+        bprintf(&b, "minicpmd_http_request_duration_seconds_count{route=\"");
+        blabel(&b, h->route);
+        bprintf(&b, "\"} %llu\n", (unsigned long long)h->count);
+    }
+
+    bprintf(&b, "# HELP minicpmd_http_requests_in_flight Requests being served.\n"
+                "# TYPE minicpmd_http_requests_in_flight gauge\n"
+                "minicpmd_http_requests_in_flight %zu\n"
+                "# HELP minicpmd_http_connections Open client connections.\n"
+                "# TYPE minicpmd_http_connections gauge\n"
+                "minicpmd_http_connections %zu\n"
+                "# HELP minicpmd_queue_depth Generation requests waiting for the engine.\n"
+                "# TYPE minicpmd_queue_depth gauge\n"
+                "minicpmd_queue_depth %zu\n",
+            g->in_flight, g->connections, g->queue_depth);
+    if (b.failed) {
+        free(b.s);
+        return NULL;
+    }
+    return b.s;
+}

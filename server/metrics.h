@@ -1,0 +1,32 @@
+/* metrics — the server's Prometheus counters. Loop thread only.
+ *
+ * Route labels come from the route table (unmatched paths count as "other"), so a
+ * client cannot grow the label set by inventing URLs. */
+#ifndef MINICPMD_SERVER_METRICS_H
+#define MINICPMD_SERVER_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct srv_metrics srv_metrics;
+
+/* Gauges read at render time. */
+struct srv_metrics_gauges {
+    size_t in_flight;            /* requests being served */
+    size_t connections;          /* open TCP connections */
+    size_t queue_depth;          /* generation requests waiting for the engine */
+    int model_state;             /* api_health_state */
+    const char *model_id;        /* or NULL */
+    const char *device;          /* or NULL */
+};
+
+srv_metrics *srv_metrics_new(void);
+void srv_metrics_free(srv_metrics *m);
+
+/* Count one answered request. `route` must outlive `m` (a route table string). */
+void srv_metrics_record(srv_metrics *m, const char *route, int status, double seconds);
+
+/* Prometheus text exposition format 0.0.4. Returns a malloc'd string or NULL. */
+char *srv_metrics_render(const srv_metrics *m, const struct srv_metrics_gauges *g);
+
+#endif

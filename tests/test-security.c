@@ -1,0 +1,90 @@
+/* server/security: API keys and CORS origins. */
+#include "server/security.h"
+
+#include "tests/check.h"
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+MCD_TEST(auth, bearer_and_x_api_key)
+{
+    cr_assert_str_eq(srv_auth_presented_key("Bearer abc", NULL), "abc");
+    cr_assert_str_eq(srv_auth_presented_key("bearer   abc", NULL), "abc");
+    cr_assert_str_eq(srv_auth_presented_key("  BEARER\tabc", "x"), "abc");
+    cr_assert_str_eq(srv_auth_presented_key(NULL, "xyz"), "xyz");
+    /* Another scheme is not a key; fall back to X-Api-Key. */
+    cr_assert_str_eq(srv_auth_presented_key("Basic Zm9vOmJhcg==", "k"), "k");
+    cr_assert_null(srv_auth_presented_key("Basic Zm9vOmJhcg==", NULL));
+    cr_assert_null(srv_auth_presented_key("Bearerabc", NULL));
+    cr_assert_null(srv_auth_presented_key(NULL, NULL));
+}
+
+MCD_TEST(auth, matches)
+{
+    cr_assert(srv_auth_key_matches("s3cret", "s3cret"));
+    cr_assert_not(srv_auth_key_matches("s3cret", "s3creT"));
+    cr_assert_not(srv_auth_key_matches("s3cret", "s3cre"));
+    cr_assert_not(srv_auth_key_matches("s3cret", "s3crets"));
+    cr_assert_not(srv_auth_key_matches("s3cret", "s3crets3cret"), "repeats of the key");
+    cr_assert_not(srv_auth_key_matches("s3cret", ""));
+    cr_assert_not(srv_auth_key_matches("s3cret", NULL));
+    cr_assert_not(srv_auth_key_matches(NULL, "x"));
+    cr_assert_not(srv_auth_key_matches("", ""));
+}
+
+/* The comparison must not stop at the first difference. Timing is noisy, so
+ * compare medians of many runs with a wide margin: an early-exit compare of a
+ * 4 KiB key differs ~1000x between "first byte wrong" and "last byte wrong". */
+static double median_ns(const char *key, const char *guess)
+{
+    double t[31];
+    for (int r = 0; r < 31; r++) {
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        for (int i = 0; i < 200; i++)
+            (void)srv_auth_key_matches(key, guess);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        t[r] = (double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec);
+    }
+    for (int i = 1; i < 31; i++)
+        for (int j = i; j > 0 && t[j - 1] > t[j]; j--) {
+            double x = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x;
+        }
+    return t[15];
+}
+
+MCD_TEST(auth, compare_time_does_not_depend_on_the_first_difference)
+{
+    enum { LEN = 4096 };
+    char *key = malloc(LEN + 1), *early = malloc(LEN + 1), *late = malloc(LEN + 1);
+    memset(key, 'k', LEN);
+    key[LEN] = '\0';
+    memcpy(early, key, LEN + 1);
+    memcpy(late, key, LEN + 1);
+    early[0] = 'x';
+    late[LEN - 1] = 'x';
+    double te = median_ns(key, early), tl = median_ns(key, late);
+    double ratio = te > tl ? te / tl : tl / te;
+    cr_assert_lt(ratio, 3.0, "early %.0f ns vs late %.0f ns", te, tl);
+    free(key);
+    free(early);
+    free(late);
+}
+
+MCD_TEST(cors, origins)
+{
+    char *list[] = {"http://localhost:3000", "https://webui.example/"};
+    cr_assert(srv_cors_origin_allowed(list, 2, "http://localhost:3000"));
+    cr_assert(srv_cors_origin_allowed(list, 2, "https://webui.example"), "trailing / ignored");
+    cr_assert_not(srv_cors_origin_allowed(list, 2, "http://localhost:3001"));
+    cr_assert_not(srv_cors_origin_allowed(list, 2, "http://localhost:300"));
+    cr_assert_not(srv_cors_origin_allowed(list, 2, "http://evil.example"));
+    cr_assert_not(srv_cors_origin_allowed(list, 2, "null"));
+    cr_assert_not(srv_cors_origin_allowed(list, 2, ""));
+    cr_assert_not(srv_cors_origin_allowed(list, 2, NULL));
+    cr_assert_not(srv_cors_origin_allowed(NULL, 0, "http://localhost:3000"), "none configured");
+    char *any[] = {"*"};
+    cr_assert(srv_cors_origin_allowed(any, 1, "http://whatever:1"));
+}
