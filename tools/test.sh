@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Install what is missing, build, and run every test twice: a normal build and an
+# AddressSanitizer+UndefinedBehaviorSanitizer build; then run each libFuzzer target
+# for MINICPMD_FUZZ_SECONDS (default 20) in a clang build.
+# Ends with "N passed, N failed, N skipped".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+tools/deps.sh test || exit 1
+
+summary() { # testlog.json -> "passed failed skipped"
+    /usr/bin/python3 - "$1" <<'PY'
+import json, sys
+p = f = s = 0
+for line in open(sys.argv[1]):
+    r = json.loads(line)["result"]
+    if r in ("OK", "EXPECTEDFAIL"): p += 1
+    elif r == "SKIP": s += 1
+    else: f += 1
+print(p, f, s)
+PY
+}
+
+total_p=0 total_f=0 total_s=0
+run_suite() { # builddir, meson test args, meson setup args...
+    local dir=$1 test_args=$2; shift 2
+    # --reconfigure: a build dir made by serve.sh, or before the test packages
+    # were installed, must pick up the test dependencies now.
+    local again=()
+    [ -f "$dir/build.ninja" ] && again=(--reconfigure)
+    if ! meson setup "${again[@]}" "$dir" -Dtests=enabled "$@" >/dev/null; then
+        echo "minicpmd: meson setup $dir failed" >&2
+        total_f=$((total_f + 1))
+        return
+    fi
+    if ! ninja -C "$dir"; then
+        echo "minicpmd: build in $dir failed" >&2
+        total_f=$((total_f + 1))
+        return
+    fi
+    # shellcheck disable=SC2086
+    meson test -C "$dir" --print-errorlogs --num-processes 2 $test_args || true
+    if [ ! -f "$dir/meson-logs/testlog.json" ]; then
+        echo "minicpmd: meson test in $dir left no log" >&2
+        total_f=$((total_f + 1))
+        return
+    fi
+    read -r p f s < <(summary "$dir/meson-logs/testlog.json")
+    echo "minicpmd: $dir: $p passed, $f failed, $s skipped"
+    total_p=$((total_p + p)) total_f=$((total_f + f)) total_s=$((total_s + s))
+}
+
+run_suite build ""
+run_suite build-asan "" -Db_sanitize=address,undefined -Db_lundef=false
+CC=clang run_suite build-fuzz "--suite fuzz" -Dfuzz=enabled \
+    -Dfuzz_seconds="${MINICPMD_FUZZ_SECONDS:-20}" -Db_sanitize=address,undefined -Db_lundef=false
+
+echo "$total_p passed, $total_f failed, $total_s skipped"
+[ "$total_f" -eq 0 ]
