@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 static struct {
@@ -74,6 +75,32 @@ void srv_log_close(void)
 
 bool srv_log_enabled(enum cfg_log_level level) { return level <= L.level; }
 
+/* Client bytes (a path, a method) end up in messages: they must neither start a
+ * new line nor reach a terminal raw, so text lines escape control characters.
+ * JSON lines are escaped by jansson and never cut, so they always parse. */
+static size_t escape_controls(const char *in, char *out, size_t cap)
+{
+    size_t j = 0;
+    for (const unsigned char *p = (const unsigned char *)in; *p && j + 5 < cap; p++) {
+        if (*p < 0x20 || *p == 0x7f)
+            j += (size_t)snprintf(out + j, cap - j, "\\x%02x", *p);
+        else
+            out[j++] = (char)*p;
+    }
+    out[j] = '\0';
+    return j;
+}
+
+static void write_line(const char *a, size_t alen)
+{
+    static const char nl = '\n';
+    struct iovec iov[2] = {{(void *)a, alen}, {(void *)&nl, 1}};
+    pthread_mutex_lock(&L.lock);
+    ssize_t w = writev(L.fd, iov, 2);
+    (void)w; /* nowhere to report a failed log write */
+    pthread_mutex_unlock(&L.lock);
+}
+
 void srv_log(enum cfg_log_level level, const char *fmt, ...)
 {
     if (!srv_log_enabled(level))
@@ -92,31 +119,24 @@ void srv_log(enum cfg_log_level level, const char *fmt, ...)
     size_t n = strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
     snprintf(stamp + n, sizeof stamp - n, ".%03ldZ", ts.tv_nsec / 1000000);
 
-    char line[4096];
-    int len;
     if (L.format == CFG_LOG_FORMAT_JSON) {
-        /* jansson escapes the message; invalid UTF-8 (a client's bytes) is
-         * replaced rather than dropping the line. */
+        /* Invalid UTF-8 (a client's bytes) is replaced rather than losing the line. */
         json_t *msgj = json_string(msg);
         if (!msgj)
             msgj = json_string("(log message was not valid UTF-8)");
         json_t *o = json_pack("{s:s, s:s, s:o}", "ts", stamp, "level", level_names[level], "msg",
                               msgj);
-        char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
         json_decref(o);
-        len = snprintf(line, sizeof line, "%s\n", s ? s : "{}");
-        free(s);
-    } else {
-        len = snprintf(line, sizeof line, "%s %-5s %s\n", stamp, level_names[level], msg);
-    }
-    if (len < 0)
+        if (line)
+            write_line(line, strlen(line));
+        free(line);
         return;
-    if ((size_t)len >= sizeof line) {
-        len = (int)sizeof line - 1;
-        line[len - 1] = '\n';
     }
-    pthread_mutex_lock(&L.lock);
-    ssize_t w = write(L.fd, line, (size_t)len);
-    (void)w; /* nowhere to report a failed log write */
-    pthread_mutex_unlock(&L.lock);
+    char clean[sizeof msg * 4];
+    escape_controls(msg, clean, sizeof clean);
+    char line[sizeof clean + 64];
+    int len = snprintf(line, sizeof line, "%s %-5s %s", stamp, level_names[level], clean);
+    if (len > 0)
+        write_line(line, (size_t)len < sizeof line ? (size_t)len : sizeof line - 1);
 }
