@@ -52,7 +52,8 @@ static void stop_now(struct daemon *d);
 static void on_loaded(void *data)
 {
     struct daemon *d = data;
-    uv_thread_join(&d->loader);
+    if (d->loader_running)       /* stop_now() may have joined it already */
+        uv_thread_join(&d->loader);
     d->loader_running = false;
     uv_timer_stop(&d->extend);
     if (d->stopping) {           /* shutdown began while loading */

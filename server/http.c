@@ -20,22 +20,33 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <microhttpd.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+/* One open TCP connection (MHD's socket_context), for the hang-up probe. */
+struct conn {
+    struct conn *prev, *next;
+    int fd;
+};
 
 struct srv_http {
     struct srv_http_config cfg;
     struct MHD_Daemon *mhd;
     uv_poll_t poll;
     uv_timer_t timer;
+    uv_timer_t probe;            /* finds peers that hung up (see on_probe) */
+    struct conn conns;           /* list head of open connections */
     int open_handles;            /* uv handles not yet closed */
     size_t inflight;
     size_t connections;
+    bool conn_closed;            /* a connection closed during this MHD_run() */
     bool draining;
     bool stopping;
 };
@@ -359,6 +370,11 @@ static srv_request *request_new(srv_http *h, struct MHD_Connection *conn, const 
     req->start_ns = now_ns();
     req->route_name = "other";
     snprintf(req->method, sizeof req->method, "%s", method);
+    /* An absolute-form target (RFC 9112 §3.2.2) names the path after the authority. */
+    if (url && (strncmp(url, "http://", 7) == 0 || strncmp(url, "https://", 8) == 0)) {
+        const char *slash = strchr(strstr(url, "://") + 3, '/');
+        url = slash ? slash : "/";
+    }
     req->path = strdup(url && *url ? url : "/");
     if (!req->path) {
         free(req);
@@ -443,10 +459,31 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
                           enum MHD_ConnectionNotificationCode toe)
 {
     srv_http *h = cls;
-    if (toe == MHD_CONNECTION_NOTIFY_STARTED)
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         h->connections++;
-    else if (h->connections)
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        struct conn *c = ci ? calloc(1, sizeof *c) : NULL;
+        if (c) {           /* without it the connection is only not probed */
+            c->fd = ci->connect_fd;
+            c->next = h->conns.next;
+            c->prev = &h->conns;
+            h->conns.next->prev = c;
+            h->conns.next = c;
+        }
+        *socket_context = c;
+        return;
+    }
+    if (h->connections)
         h->connections--;
+    struct conn *c = *socket_context;
+    if (c) {
+        c->prev->next = c->next;
+        c->next->prev = c->prev;
+        free(c);
+        *socket_context = NULL;
+    }
+    h->conn_closed = true;
 }
 
 __attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const char *fmt,
@@ -479,11 +516,43 @@ static void run_mhd(srv_http *h)
 {
     if (h->stopping)
         return;
+    h->conn_closed = false;
     MHD_run(h->mhd);
+    /* At --max-connections MHD takes its listening socket out of its epoll set and
+     * puts it back only on a later run after a connection has closed; with no
+     * socket activity left nothing else would run it again. */
+    if (h->conn_closed) {
+        uv_timer_start(&h->timer, on_timer, 0, 0);
+        return;
+    }
     arm_timer(h);
 }
 
 static void on_timer(uv_timer_t *t) { run_mhd(t->data); }
+
+/* libmicrohttpd 0.9.75 misses a peer's FIN in several states: after a short read
+ * (its edge-triggered epoll stops reading), while a connection is suspended, and
+ * while it only writes (docs/openai-api.md §5.4, §5.8). Such a connection would
+ * hold a slot and an in-flight request until --timeout. So every PROBE_MS we ask
+ * the kernel: a socket whose peer hung up (POLLRDHUP/HUP/ERR, never plain POLLIN,
+ * which a pipelined request also sets) is shut down, which MHD does notice.
+ * OpenAI clients never half-close a connection they still want an answer on. */
+#define PROBE_MS 200
+
+static void on_probe(uv_timer_t *t)
+{
+    srv_http *h = t->data;
+    bool hung_up = false;
+    for (struct conn *c = h->conns.next; c != &h->conns; c = c->next) {
+        struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
+        if (poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+            shutdown(c->fd, SHUT_RDWR);
+            hung_up = true;
+        }
+    }
+    if (hung_up)
+        run_mhd(h);
+}
 
 static void on_poll(uv_poll_t *p, int status, int events)
 {
@@ -503,13 +572,15 @@ int srv_http_start(uv_loop_t *loop, const struct srv_http_config *cfg, srv_http 
     }
     h->cfg = *cfg;
     /* SIGPIPE is ignored process-wide by main(); tell MHD so it need not. */
+    h->conns.next = h->conns.prev = &h->conns;
+    /* The logger goes first so that MHD's own option warnings reach our log. */
     h->mhd = MHD_start_daemon(
         MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_access,
-        h, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)cfg->listen_fd, MHD_OPTION_CONNECTION_LIMIT,
-        cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT, cfg->timeout_s,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION,
-        on_connection, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
-        MHD_OPTION_SIGPIPE_HANDLED_BY_APP, 1, MHD_OPTION_END);
+        h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_LISTEN_SOCKET,
+        (MHD_socket)cfg->listen_fd, MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections,
+        MHD_OPTION_CONNECTION_TIMEOUT, cfg->timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
+        h, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_SIGPIPE_HANDLED_BY_APP, 1,
+        MHD_OPTION_END);
     if (!h->mhd) {
         snprintf(err, errlen, "libmicrohttpd failed to start on the listening socket");
         free(h);
@@ -524,9 +595,12 @@ int srv_http_start(uv_loop_t *loop, const struct srv_http_config *cfg, srv_http 
     }
     uv_poll_init(loop, &h->poll, info->epoll_fd);
     uv_timer_init(loop, &h->timer);
+    uv_timer_init(loop, &h->probe);
     h->poll.data = h;
     h->timer.data = h;
-    h->open_handles = 2;
+    h->probe.data = h;
+    h->open_handles = 3;
+    uv_timer_start(&h->probe, on_probe, PROBE_MS, PROBE_MS);
     uv_poll_start(&h->poll, UV_READABLE, on_poll);
     arm_timer(h);
     *out = h;
@@ -563,10 +637,12 @@ void srv_http_stop(srv_http *h)
         return;
     uv_poll_stop(&h->poll);
     uv_timer_stop(&h->timer);
+    uv_timer_stop(&h->probe);
     /* Runs on_completed for what is still open; it needs h and the metrics. */
     MHD_stop_daemon(h->mhd);
     h->mhd = NULL;
     h->stopping = true;
     uv_close((uv_handle_t *)&h->poll, on_handle_closed);
     uv_close((uv_handle_t *)&h->timer, on_handle_closed);
+    uv_close((uv_handle_t *)&h->probe, on_handle_closed);
 }
