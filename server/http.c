@@ -34,6 +34,7 @@
 struct conn {
     struct conn *prev, *next;
     int fd;
+    srv_request *deferred;       /* the request waiting on this connection, if any */
 };
 
 struct srv_http {
@@ -43,6 +44,7 @@ struct srv_http {
     uv_timer_t timer;
     uv_timer_t probe;            /* finds peers that hung up (see on_probe) */
     struct conn conns;           /* list head of open connections */
+    srv_request *deferred;       /* list of requests suspended until srv_request_complete */
     int open_handles;            /* uv handles not yet closed */
     size_t inflight;
     size_t connections;
@@ -69,7 +71,23 @@ struct srv_request {
     bool in_headers;             /* inside on_headers() */
     struct srv_response early;   /* decided from the headers alone, not yet sent */
     char allow[128];             /* Allow header value; lives as long as `early` */
+
+    /* Deferred answers. A deferred request has two owners, MHD (until
+     * on_completed) and the work (until srv_request_complete); whoever is last
+     * frees it. */
+    int refs;
+    bool deferred;               /* suspended, waiting for srv_request_complete */
+    bool finished;               /* on_completed ran: conn and http are gone */
+    bool cancelled;
+    srv_cancel_fn on_cancel;
+    void *cancel_ud;
+    struct conn *conn_ctx;       /* for the hang-up probe */
+    srv_request *dprev, *dnext;  /* in srv_http.deferred while deferred */
+    struct srv_response pending; /* the answer, until MHD asks for it */
 };
+
+static void on_timer(uv_timer_t *t);
+static void request_unref(srv_request *req);
 
 static uint64_t now_ns(void)
 {
@@ -204,6 +222,75 @@ static enum MHD_Result respond_error(srv_request *req, enum api_error e, const c
     struct srv_response resp = {0};
     srv_response_error(&resp, e, NULL, "%s", msg);
     return respond(req, &resp);
+}
+
+/* ---- deferred answers ------------------------------------------------------ */
+
+static void deferred_add(srv_http *h, srv_request *r)
+{
+    r->deferred = true;
+    r->dprev = NULL;
+    r->dnext = h->deferred;
+    if (h->deferred)
+        h->deferred->dprev = r;
+    h->deferred = r;
+    if (r->conn_ctx)
+        r->conn_ctx->deferred = r;
+}
+
+static void deferred_remove(srv_http *h, srv_request *r)
+{
+    if (!r->deferred)
+        return;
+    r->deferred = false;
+    if (r->dprev)
+        r->dprev->dnext = r->dnext;
+    else
+        h->deferred = r->dnext;
+    if (r->dnext)
+        r->dnext->dprev = r->dprev;
+    r->dprev = r->dnext = NULL;
+    if (r->conn_ctx && r->conn_ctx->deferred == r)
+        r->conn_ctx->deferred = NULL;
+}
+
+static void cancel(srv_request *req)
+{
+    if (req->cancelled)
+        return;
+    req->cancelled = true;
+    if (req->on_cancel)
+        req->on_cancel(req->cancel_ud);
+}
+
+bool srv_request_cancelled(const srv_request *r) { return r->cancelled; }
+
+void srv_request_defer(srv_request *r, srv_cancel_fn on_cancel, void *ud)
+{
+    r->on_cancel = on_cancel;
+    r->cancel_ud = ud;
+    r->refs++;
+    deferred_add(r->http, r);
+}
+
+void srv_request_complete(srv_request *r, struct srv_response *resp)
+{
+    if (r->finished || !r->deferred) {
+        /* The client or the server is gone (or the handler answered anyway). */
+        free(resp->body);
+        resp->body = NULL;
+        request_unref(r);
+        return;
+    }
+    srv_http *h = r->http;
+    deferred_remove(h, r);
+    r->pending = *resp;
+    if (r->pending.status == 0)
+        srv_response_error(&r->pending, API_ERR_INTERNAL, NULL, "no response was produced");
+    *resp = (struct srv_response){0};
+    request_unref(r);            /* MHD still holds its reference */
+    MHD_resume_connection(r->conn);
+    uv_timer_start(&h->timer, on_timer, 0, 0); /* MHD must run after a resume */
 }
 
 /* ---- the request's phases ------------------------------------------------ */
@@ -350,7 +437,15 @@ static enum MHD_Result on_complete_request(srv_request *req)
                              "(--max-body-bytes)",
                              req->http->cfg.max_body_bytes);
     struct srv_response resp = {0};
-    if (req->route->handler(req, &resp) != 0 || resp.status == 0) {
+    int rc = req->route->handler(req, &resp);
+    if (rc == 0 && req->deferred && resp.status == 0) {
+        MHD_suspend_connection(req->conn);
+        return MHD_YES;
+    }
+    /* A handler must either answer or defer; both is a bug. Answer, and let the
+     * later srv_request_complete() find the request already done. */
+    deferred_remove(req->http, req);
+    if (rc != 0 || resp.status == 0) {
         free(resp.body);
         resp = (struct srv_response){0};
         srv_response_error(&resp, API_ERR_INTERNAL, NULL, "internal error in %s",
@@ -367,6 +462,7 @@ static srv_request *request_new(srv_http *h, struct MHD_Connection *conn, const 
         return NULL;
     req->http = h;
     req->conn = conn;
+    req->refs = 1;
     req->start_ns = now_ns();
     req->route_name = "other";
     snprintf(req->method, sizeof req->method, "%s", method);
@@ -380,13 +476,17 @@ static srv_request *request_new(srv_http *h, struct MHD_Connection *conn, const 
         free(req);
         return NULL;
     }
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    req->conn_ctx = ci ? ci->socket_context : NULL;
     return req;
 }
 
-static void request_free(srv_request *req)
+static void request_unref(srv_request *req)
 {
-    if (!req)
+    if (!req || --req->refs > 0)
         return;
+    free(req->pending.body);
     free(req->early.body);
     free(req->body);
     free(req->path);
@@ -415,6 +515,11 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         enum MHD_Result r = on_headers(req);
         req->in_headers = false;
         return r;
+    }
+    if (req->pending.status) {   /* resumed after srv_request_complete() */
+        struct srv_response resp = req->pending;
+        req->pending = (struct srv_response){0};
+        return respond(req, &resp);
     }
     if (req->status || req->early.status) { /* answered from the headers */
         bool last = *upload_data_size == 0;
@@ -452,7 +557,14 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (srv_log_enabled(lvl))
         srv_log(lvl, "%s %s -> %d in %.1f ms%s", req->method, req->path, status, secs * 1e3,
                 toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection ended early)");
-    request_free(req);
+    if (req->deferred) {         /* cannot happen: stop resumes them first */
+        deferred_remove(h, req);
+        cancel(req);
+    }
+    req->finished = true;
+    req->conn = NULL;
+    req->http = NULL;
+    request_unref(req);
 }
 
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
@@ -498,8 +610,6 @@ __attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const ch
 }
 
 /* ---- the uv side --------------------------------------------------------- */
-
-static void on_timer(uv_timer_t *t);
 
 static void arm_timer(srv_http *h)
 {
@@ -548,6 +658,9 @@ static void on_probe(uv_timer_t *t)
         if (poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
             shutdown(c->fd, SHUT_RDWR);
             hung_up = true;
+            /* MHD cannot see it while the request is suspended: tell the work. */
+            if (c->deferred)
+                cancel(c->deferred);
         }
     }
     if (hung_up)
@@ -635,6 +748,18 @@ void srv_http_stop(srv_http *h)
 {
     if (!h || h->stopping)
         return;
+    /* MHD must not be stopped with suspended connections: cancel the work and
+     * resume them; MHD then ends them and the work's later
+     * srv_request_complete() only drops its reference. */
+    while (h->deferred) {
+        srv_request *req = h->deferred;
+        deferred_remove(h, req);
+        cancel(req);
+        srv_response_error(&req->pending, API_ERR_SHUTTING_DOWN, NULL,
+                           "the server is shutting down");
+        MHD_resume_connection(req->conn);
+    }
+    MHD_run(h->mhd);
     uv_poll_stop(&h->poll);
     uv_timer_stop(&h->timer);
     uv_timer_stop(&h->probe);

@@ -71,6 +71,22 @@ struct srv_response {
  * error caught by the unit tests). */
 void srv_response_header(struct srv_response *resp, const char *name, const char *value);
 
+/* ---- answering later ------------------------------------------------------
+ *
+ * A handler whose answer needs work off the loop thread (tokenizing, the engine)
+ * calls srv_request_defer() and returns 0 without filling `resp`. The connection
+ * is suspended; whoever owns the work later calls srv_request_complete() on the
+ * loop thread exactly once, with the response (or any response, if cancelled).
+ * Until then the request stays valid even if the client or the server goes away.
+ *
+ * `on_cancel(ud)` (optional) runs on the loop thread at most once when the answer
+ * is no longer wanted: the client hung up, or the server is stopping. The owner
+ * should stop its work early; it must still call srv_request_complete(). */
+typedef void (*srv_cancel_fn)(void *ud);
+void srv_request_defer(srv_request *r, srv_cancel_fn on_cancel, void *ud);
+void srv_request_complete(srv_request *r, struct srv_response *resp);
+bool srv_request_cancelled(const srv_request *r);
+
 /* Fill `resp` with an OpenAI error object for `e`; the message is printf-style. */
 void srv_response_error(struct srv_response *resp, enum api_error e, const char *param,
                         const char *fmt, ...) __attribute__((format(printf, 4, 5)));
