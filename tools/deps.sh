@@ -4,25 +4,39 @@
 #   tools/deps.sh test   also everything the test suite uses
 set -euo pipefail
 
-run_pkgs=(gcc pkg-config meson ninja-build libmicrohttpd-dev libjansson-dev libuv1-dev)
+run_pkgs=(gcc pkg-config meson ninja-build libmicrohttpd-dev libjansson-dev libuv1-dev libpcre2-dev
+          libutf8proc-dev nettle-dev)
 # systemd: systemd-analyze and systemd-socket-activate for the unit/activation tests;
 # python3: the integration harness (stdlib only, run as /usr/bin/python3).
-# clang + libclang-rt-14-dev: the libFuzzer targets.
-test_pkgs=(libcriterion-dev curl systemd python3 clang libclang-rt-14-dev)
+# clang + libclang-rt-14-dev: the libFuzzer targets. python3-jinja2: renders the
+# official chat template as the oracle for ours.
+test_pkgs=(libcriterion-dev curl systemd python3 python3-jinja2 clang libclang-rt-14-dev)
 
 want=("${run_pkgs[@]}")
 [ "${1:-run}" = test ] && want+=("${test_pkgs[@]}")
+
+# Node.js runs the npm test oracles; take Debian's only if the machine has none.
+if [ "${1:-run}" = test ] && ! command -v npm >/dev/null; then
+    want+=(nodejs npm)
+fi
 
 missing=()
 for p in "${want[@]}"; do
     st=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
     [ "$st" = installed ] || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "minicpmd: installing ${missing[*]}" >&2
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get update -qq
+    $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
 
-echo "minicpmd: installing ${missing[*]}" >&2
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# The npm oracles (reference tokenizer), pinned by tests/oracle/package-lock.json.
+oracle="$(dirname "$0")/../tests/oracle"
+if [ "${1:-run}" = test ] && [ -f "$oracle/package-lock.json" ] && [ ! -d "$oracle/node_modules" ]; then
+    echo "minicpmd: installing the npm test oracles" >&2
+    (cd "$oracle" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+fi

@@ -7,6 +7,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/deps.sh test || exit 1
 
+# Sanitizer reports fail tests (the daemon under test inherits these too).
+export UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1
+export ASAN_OPTIONS=abort_on_error=1:detect_leaks=1
+
 summary() { # testlog.json -> "passed failed skipped"
     /usr/bin/python3 - "$1" <<'PY'
 import json, sys

@@ -1,0 +1,60 @@
+/* chat — the MiniCPM5 chat template, rendered in C byte-for-byte as the official
+ * chat_template.jinja renders under Jinja2 (transformers' settings: trim_blocks,
+ * lstrip_blocks, tojson = json.dumps(ensure_ascii=False)).
+ *
+ * Input is the OpenAI request's own JSON (messages, tools), already validated for
+ * shape by api/; what the template would reject (e.g. no user message) is
+ * decided here and documented in the README.
+ */
+#ifndef MINICPMD_ENGINE_CHAT_H
+#define MINICPMD_ENGINE_CHAT_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+enum eng_thinking {
+    ENG_THINKING_UNSET = 0,     /* enable_thinking not given: "<|im_start|>assistant\n" */
+    ENG_THINKING_ON,            /* "...assistant\n<think>\n" */
+    ENG_THINKING_OFF,           /* "...assistant\n<think>\n\n</think>\n\n" */
+};
+
+struct eng_chat_params {
+    const json_t *messages;     /* array of OpenAI message objects */
+    const json_t *tools;        /* array of OpenAI tool objects, or NULL */
+    bool add_generation_prompt;
+    enum eng_thinking thinking;
+    const char *bos_token;      /* "<s>" for MiniCPM5 */
+    const char *eos_token;      /* "</s>" */
+};
+
+/* Render. Returns a malloc'd NUL-terminated prompt (the caller frees it), or NULL
+ * with a one-line reason in `err` (and, when it is about one field, its JSON path in
+ * `param`, e.g. "messages[2].tool_calls[0].function.arguments"; "" otherwise).
+ * `param` may be NULL. Reads the JSON only, so any thread may call it.
+ *
+ * Before the template sees them, OpenAI's shapes are mapped (README, "Chat
+ * template"): role "developer" is "system"; content given as an array of
+ * {"type":"text"} parts is their texts concatenated with nothing between (other
+ * part types are refused); a tool call's `arguments` JSON string is parsed (empty
+ * means none; invalid JSON is refused). Then every byte is what Jinja2 renders from
+ * the official template, and the request is refused exactly where Jinja2 raises
+ * (no messages, a first system message whose content is not a string, a tool
+ * message without content, arguments that are neither an object nor empty). Unknown
+ * roles, non-object messages, non-array tool_calls or tools, and strings holding
+ * NUL are refused too. */
+char *eng_chat_render(const struct eng_chat_params *p, char *err, size_t errlen, char *param,
+                      size_t paramlen);
+
+/* Fill `p` from an OpenAI chat request object: messages, tools,
+ * chat_template_kwargs.enable_thinking (true/false; absent or any other value is
+ * UNSET, as the template treats it), and add_generation_prompt (a boolean, default
+ * true). `p` borrows from `request`. Returns 0, or -1 with `err`/`param` as above. */
+int eng_chat_params_from_request(const json_t *request, struct eng_chat_params *p, char *err,
+                                 size_t errlen, char *param, size_t paramlen);
+
+/* True when `text` is byte for byte the official MiniCPM5-2B chat_template.jinja
+ * (9,060 bytes, SHA-256 cc945752…fcf1c), the one eng_chat_render() implements. */
+bool eng_chat_template_is_official(const void *text, size_t len);
+
+#endif

@@ -1,0 +1,47 @@
+/* minicpmd-pack: tools around packs. Subcommands live in cmd-*.c; this file only
+ * dispatches and prints the usage. */
+#include "minicpmd-build.h"
+#include "tools/pack/pack.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+} commands[] = {
+    {"tokenize", pack_cmd_tokenize,
+     "tokenize PACK [--decode]   text on stdin -> JSON token ids (--decode: ids -> text)"},
+    {"template", pack_cmd_template,
+     "template PACK              OpenAI chat request JSON on stdin -> the rendered prompt"},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "Usage: minicpmd-pack COMMAND [ARGS]\n\nCommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        fprintf(out, "  %s\n", commands[i].help);
+    fprintf(out, "\nPACK is a pack directory (or the file itself: tokenizer.json for tokenize).\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("minicpmd-pack %s\n", MINICPMD_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        if (strcmp(argv[1], commands[i].name) == 0)
+            return commands[i].fn(argc - 2, argv + 2);
+    fprintf(stderr, "minicpmd-pack: unknown command '%s' (see --help)\n", argv[1]);
+    return 2;
+}

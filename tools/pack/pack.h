@@ -1,0 +1,9 @@
+/* minicpmd-pack subcommands. Each takes the arguments after its name and returns
+ * the process exit code: 0 ok, 1 failure, 2 usage error. */
+#ifndef MINICPMD_TOOLS_PACK_H
+#define MINICPMD_TOOLS_PACK_H
+
+int pack_cmd_tokenize(int argc, char **argv);  /* tokenize DIR|tokenizer.json [--decode] */
+int pack_cmd_template(int argc, char **argv);  /* template DIR|chat_template.jinja */
+
+#endif
