@@ -7,6 +7,7 @@
 #include "server/daemon.h"
 
 #include "minicpmd-build.h"
+#include "engine/chat.h"
 #include "server/app.h"
 #include "server/listen.h"
 #include "server/log.h"
@@ -14,6 +15,7 @@
 #include "server/sd.h"
 
 #include <signal.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +28,8 @@
 #define DRAIN_POLL_MS 50
 
 struct load_result {
-    eng_pack *pack;
+    struct srv_model model;
+    int rc;
     char err[512];
 };
 
@@ -49,6 +52,44 @@ static void stop_now(struct daemon *d);
 
 /* ---- model loading ---------------------------------------------------------- */
 
+int srv_model_load(const char *dir, struct srv_model *m, char *err, size_t errlen)
+{
+    char path[4096];
+    *m = (struct srv_model){0};
+    if (eng_pack_open(dir, &m->pack, err, errlen) != 0)
+        return -1;
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    char terr[400];
+    m->tok = eng_tokenizer_load(path, terr, sizeof terr);
+    if (!m->tok) {
+        snprintf(err, errlen, "%s", terr);
+        srv_model_free(m);
+        return -1;
+    }
+    /* The renderer is MiniCPM5's template in C: a pack whose own template differs
+     * would be rendered as MiniCPM5's. Say so rather than guess. */
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        char buf[16384];
+        size_t n = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        if (!eng_chat_template_is_official(buf, n))
+            snprintf(m->warning, sizeof m->warning,
+                     "%.160s is not the official MiniCPM5-2B template; prompts are rendered "
+                     "with the built-in MiniCPM5 template",
+                     path);
+    }
+    return 0;
+}
+
+void srv_model_free(struct srv_model *m)
+{
+    eng_tokenizer_free(m->tok);
+    eng_pack_free(m->pack);
+    *m = (struct srv_model){0};
+}
+
 static void on_loaded(void *data)
 {
     struct daemon *d = data;
@@ -57,11 +98,10 @@ static void on_loaded(void *data)
     d->loader_running = false;
     uv_timer_stop(&d->extend);
     if (d->stopping) {           /* shutdown began while loading */
-        eng_pack_free(d->load.pack);
-        d->load.pack = NULL;
+        srv_model_free(&d->load.model);
         return;
     }
-    if (!d->load.pack) {
+    if (d->load.rc != 0) {
         d->app.state = API_HEALTH_FAILED;
         d->app.load_error = strdup(d->load.err);
         log_error("model %s failed to load: %s", d->app.model->id, d->load.err);
@@ -70,9 +110,12 @@ static void on_loaded(void *data)
         stop_now(d);
         return;
     }
-    const struct eng_pack_info *info = eng_pack_get_info(d->load.pack);
-    d->app.pack = d->load.pack;
-    d->load.pack = NULL;
+    if (d->load.model.warning[0])
+        log_warn("%s", d->load.model.warning);
+    const struct eng_pack_info *info = eng_pack_get_info(d->load.model.pack);
+    d->app.pack = d->load.model.pack;
+    d->app.tok = d->load.model.tok;
+    d->load.model = (struct srv_model){0};
     d->app.model_created = (int64_t)time(NULL);
     d->app.state = API_HEALTH_OK;
     log_info("model %s ready: %s pack, %d layers, %d heads / %d kv heads, vocab %d, %s "
@@ -86,12 +129,10 @@ static void on_loaded(void *data)
 static void loader_main(void *arg)
 {
     struct daemon *d = arg;
-    eng_pack_open(d->app.model->path, &d->load.pack, d->load.err, sizeof d->load.err);
-    if (srv_mailbox_post(d->mailbox, on_loaded, d) != 0) {
-        /* The loop is gone; nobody will read the result. */
-        eng_pack_free(d->load.pack);
-        d->load.pack = NULL;
-    }
+    d->load.rc = srv_model_load(d->app.model->path, &d->load.model, d->load.err,
+                                sizeof d->load.err);
+    if (srv_mailbox_post(d->mailbox, on_loaded, d) != 0)
+        srv_model_free(&d->load.model); /* the loop is gone; nobody reads the result */
 }
 
 static void on_extend(uv_timer_t *t)
@@ -240,6 +281,7 @@ int srv_daemon_run(const struct cfg *cfg, const struct cfg_model_location *model
         return 1;
     d->app.cfg = cfg;
     d->app.model = model;
+    d->app.loop = &d->loop;
     d->app.device = serving_device(cfg->device);
     d->app.state = API_HEALTH_NO_MODEL;
     if (uv_loop_init(&d->loop) != 0) {
@@ -304,6 +346,7 @@ out_handles:
     uv_run(&d->loop, UV_RUN_DEFAULT);
     rc = 1;
 out_free:
+    eng_tokenizer_free(d->app.tok);
     eng_pack_free(d->app.pack);
     free(d->app.load_error);
     srv_metrics_free(d->app.metrics);

@@ -5,6 +5,20 @@
 #define MINICPMD_SERVER_DAEMON_H
 
 #include "config/config.h"
+#include "engine/engine.h"
+#include "engine/tokenizer.h"
+
+/* What serving a model needs from its pack: the validated pack and its tokenizer. */
+struct srv_model {
+    eng_pack *pack;
+    eng_tokenizer *tok;
+    char warning[512];     /* non-fatal finding, e.g. an unofficial chat template; "" */
+};
+
+/* Open the pack at `dir` and everything in it the daemon uses. Slow (file I/O):
+ * never on the loop thread. Returns 0, or -1 with a one-line reason in `err`. */
+int srv_model_load(const char *dir, struct srv_model *m, char *err, size_t errlen);
+void srv_model_free(struct srv_model *m);
 
 /* Serve until a signal stops the daemon. Returns the process exit code:
  * 0 after a clean shutdown, 1 when the daemon could not start or the model failed

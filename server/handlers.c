@@ -129,5 +129,8 @@ const struct srv_route srv_routes[] = {
     {"GET", "/v1/models/{id}", "/v1/models/{id}", false, h_model},
     {"GET", "/metrics", "/metrics", false, h_metrics},
     {"POST", "/v1/chat/completions", "/v1/chat/completions", false, h_chat_completions},
+    {"POST", "/tokenize", "/tokenize", false, srv_h_tokenize},
+    {"POST", "/detokenize", "/detokenize", false, srv_h_detokenize},
+    {"POST", "/apply-template", "/apply-template", false, srv_h_apply_template},
 };
 const size_t srv_n_routes = sizeof srv_routes / sizeof *srv_routes;

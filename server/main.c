@@ -61,18 +61,20 @@ static int run_check(const struct cfg *cfg, const struct cfg_model_location *loc
         return 1;
     }
     char err[512];
-    eng_pack *pack = NULL;
-    if (eng_pack_open(loc->path, &pack, err, sizeof err) != 0) {
+    struct srv_model m;
+    if (srv_model_load(loc->path, &m, err, sizeof err) != 0) {
         fprintf(stderr, "minicpmd: check failed: model %s: %s\n", loc->id, err);
         return 1;
     }
-    const struct eng_pack_info *info = eng_pack_get_info(pack);
+    if (m.warning[0])
+        log_warn("%s", m.warning);
+    const struct eng_pack_info *info = eng_pack_get_info(m.pack);
     printf("minicpmd: ok: model %s (%s, %s) at %s: %s, %d layers, vocab %d; would listen on "
            "%s:%d, device %s\n",
            loc->id, cfg_model_source_name(loc->source), info->model_type, loc->path,
            eng_weights_format_name(info->format), info->hp.n_layers, info->hp.n_vocab,
            cfg->host, cfg->port, cfg_device_name(cfg->device));
-    eng_pack_free(pack);
+    srv_model_free(&m);
     return 0;
 }
 

@@ -3,6 +3,7 @@
  * route handlers), as the daemon runs it. Each input is one connection: write,
  * half-close, read until the server closes. */
 #include "server/app.h"
+#include "server/daemon.h"
 #include "server/listen.h"
 #include "server/log.h"
 
@@ -21,8 +22,41 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static uv_loop_t loop;
 static struct srv_app app;
 static struct cfg cfg;
-static struct cfg_model_location loc = {.source = CFG_MODEL_NONE};
+static struct cfg_model_location loc;
+static struct srv_model model;
 static int port;
+
+/* A pack with the tests' tiny tokenizer, so /v1/models, /tokenize, /detokenize
+ * and /apply-template run their real paths (the last three on the thread pool). */
+static void make_pack(char *dir)
+{
+    static const char config[] =
+        "{\"model_type\":\"llama\",\"hidden_size\":64,\"num_hidden_layers\":2,"
+        "\"num_attention_heads\":4,\"intermediate_size\":128,\"vocab_size\":304}";
+    char path[256], err[512];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs(config, f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    f = fopen(path, "w");
+    fputs("x", f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    FILE *out = fopen(path, "w");
+    FILE *in = fopen(MCD_TEST_DATA "/tiny-tokenizer.json", "r");
+    if (!in || !out)
+        abort();
+    int c;
+    while ((c = fgetc(in)) != EOF)
+        fputc(c, out);
+    fclose(in);
+    fclose(out);
+    if (srv_model_load(dir, &model, err, sizeof err) != 0) {
+        fprintf(stderr, "fuzz-http: %s\n", err);
+        abort();
+    }
+}
 
 static void setup(void)
 {
@@ -33,11 +67,19 @@ static void setup(void)
     if (uv_loop_init(&loop) != 0 || srv_listen_open("127.0.0.1", 0, &lis, err, sizeof err) != 0)
         abort();
     port = lis.port;
+    static char dir[] = "/tmp/mcd-fuzz-http-XXXXXX";
+    if (!mkdtemp(dir))
+        abort();
+    make_pack(dir);
+    loc = (struct cfg_model_location){.source = CFG_MODEL_PATH, .path = dir, .id = "fuzz"};
     cfg.shutdown_grace_s = 1;
     app.cfg = &cfg;
     app.model = &loc;
+    app.loop = &loop;
     app.device = "cpu";
-    app.state = API_HEALTH_NO_MODEL;
+    app.state = API_HEALTH_OK;
+    app.pack = model.pack;
+    app.tok = model.tok;
     app.metrics = srv_metrics_new();
     struct srv_http_config hc = {
         .listen_fd = lis.fd,

@@ -149,6 +149,10 @@ def assert_error_object(resp, status=None, type_=None, code=None, param="__any__
 # ---- fixtures -----------------------------------------------------------------
 
 
+TINY_TOKENIZER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data",
+                              "tiny-tokenizer.json")
+
+
 def write_json(path, obj):
     with open(path, "w") as f:
         json.dump(obj, f)
@@ -165,8 +169,8 @@ def make_pack(parent, name="MiniCPM5-2B", config=True, fifo=False):
         os.mkfifo(cfg)
     elif config:
         write_json(cfg, MINICPM5_2B_CONFIG)
-    with open(os.path.join(d, "tokenizer.json"), "w") as f:
-        f.write('{"version":"1.0","model":{"type":"BPE","vocab":{"a":0}}}')
+    # A small real byte-level BPE tokenizer.json (the unit tests' fixture).
+    shutil.copyfile(TINY_TOKENIZER, os.path.join(d, "tokenizer.json"))
     with open(os.path.join(d, "model.safetensors"), "wb") as f:
         f.write(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
     return d

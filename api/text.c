@@ -1,0 +1,148 @@
+#include "api/text.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int refuse(struct api_bad_request *bad, enum api_error e, const char *param,
+                  const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static int refuse(struct api_bad_request *bad, enum api_error e, const char *param,
+                  const char *fmt, ...)
+{
+    bad->error = e;
+    snprintf(bad->param, sizeof bad->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(bad->message, sizeof bad->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+json_t *api_parse_object(const char *body, size_t len, struct api_bad_request *bad)
+{
+    json_error_t e;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &e);
+    if (!root) {
+        refuse(bad, API_ERR_INVALID_JSON, NULL, "request body is not valid JSON: %s (line %d, "
+                                                "column %d)",
+               e.text, e.line, e.column);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        json_decref(root);
+        refuse(bad, API_ERR_BAD_REQUEST, NULL, "request body must be a JSON object");
+        return NULL;
+    }
+    return root;
+}
+
+/* An optional boolean field: absent -> `def`. */
+static int opt_bool(const json_t *root, const char *key, bool def, bool *out,
+                    struct api_bad_request *bad)
+{
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) {
+        *out = def;
+        return 0;
+    }
+    if (!json_is_boolean(v))
+        return refuse(bad, API_ERR_BAD_REQUEST, key, "'%s' must be a boolean", key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+int api_tokenize_parse(const json_t *root, struct api_tokenize_req *req,
+                       struct api_bad_request *bad)
+{
+    json_t *c = json_object_get(root, "content");
+    if (!json_is_string(c))
+        return refuse(bad, API_ERR_BAD_REQUEST, "content",
+                      c ? "'content' must be a string" : "'content' is required");
+    req->content = json_string_value(c);
+    req->content_len = json_string_length(c);
+    if (opt_bool(root, "add_special", false, &req->add_special, bad) ||
+        opt_bool(root, "parse_special", true, &req->parse_special, bad) ||
+        opt_bool(root, "with_pieces", false, &req->with_pieces, bad))
+        return -1;
+    return 0;
+}
+
+static char *dump(json_t *root)
+{
+    if (!root)
+        return NULL;
+    char *s = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    return s;
+}
+
+static json_t *piece_json(const char *bytes, size_t len)
+{
+    json_t *s = json_stringn(bytes, len); /* NULL if not valid UTF-8 */
+    if (s)
+        return s;
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < len; i++)
+        json_array_append_new(arr, json_integer((unsigned char)bytes[i]));
+    return arr;
+}
+
+char *api_tokenize_body(const int32_t *ids, size_t n, const char *const *pieces,
+                        const size_t *piece_lens)
+{
+    json_t *tokens = json_array();
+    if (!tokens)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = pieces ? json_pack("{s:I, s:o}", "id", (json_int_t)ids[i], "piece",
+                                       piece_json(pieces[i], piece_lens[i]))
+                           : json_integer(ids[i]);
+        if (!t || json_array_append_new(tokens, t) != 0) {
+            json_decref(tokens);
+            return NULL;
+        }
+    }
+    return dump(json_pack("{s:o}", "tokens", tokens));
+}
+
+int api_detokenize_parse(const json_t *root, int32_t n_vocab, int32_t **ids, size_t *n,
+                         struct api_bad_request *bad)
+{
+    json_t *arr = json_object_get(root, "tokens");
+    if (!json_is_array(arr))
+        return refuse(bad, API_ERR_BAD_REQUEST, "tokens",
+                      arr ? "'tokens' must be an array of token ids" : "'tokens' is required");
+    size_t count = json_array_size(arr);
+    int32_t *out = malloc((count ? count : 1) * sizeof *out);
+    if (!out)
+        return refuse(bad, API_ERR_INTERNAL, NULL, "out of memory");
+    for (size_t i = 0; i < count; i++) {
+        json_t *v = json_array_get(arr, i);
+        json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
+        if (!json_is_integer(v) || id < 0 || id >= n_vocab) {
+            free(out);
+            char param[64];
+            snprintf(param, sizeof param, "tokens[%zu]", i);
+            return refuse(bad, API_ERR_BAD_REQUEST, param,
+                          "'%s' must be a token id between 0 and %d", param, n_vocab - 1);
+        }
+        out[i] = (int32_t)id;
+    }
+    *ids = out;
+    *n = count;
+    return 0;
+}
+
+char *api_detokenize_body(const char *text, size_t len)
+{
+    json_t *s = json_stringn(text, len);
+    return s ? dump(json_pack("{s:o}", "content", s)) : NULL;
+}
+
+char *api_apply_template_body(const char *prompt)
+{
+    json_t *s = json_string(prompt);
+    return s ? dump(json_pack("{s:o}", "prompt", s)) : NULL;
+}

@@ -1,0 +1,52 @@
+/* api/text — request and response bodies of the llama.cpp-compatible prompt
+ * inspection endpoints: POST /tokenize, /detokenize and /apply-template. */
+#ifndef MINICPMD_API_TEXT_H
+#define MINICPMD_API_TEXT_H
+
+#include "api/api.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Why a body was refused: the error, a one-line message and the offending field. */
+struct api_bad_request {
+    enum api_error error;
+    char message[256];
+    char param[128];
+};
+
+/* Parse a JSON object body. Returns the object (caller decrefs) or NULL with `bad`
+ * filled (invalid JSON, or not an object). */
+json_t *api_parse_object(const char *body, size_t len, struct api_bad_request *bad);
+
+/* POST /tokenize {"content": string, "add_special": bool, "parse_special": bool,
+ * "with_pieces": bool}. `content` borrows from `root`. */
+struct api_tokenize_req {
+    const char *content;
+    size_t content_len;
+    bool add_special;           /* default false */
+    bool parse_special;         /* default true: "<|im_end|>" in content is that token */
+    bool with_pieces;           /* default false */
+};
+int api_tokenize_parse(const json_t *root, struct api_tokenize_req *req,
+                       struct api_bad_request *bad);
+
+/* {"tokens":[ids]} or, with pieces, {"tokens":[{"id":n,"piece":"text"|[bytes]}]}:
+ * a piece that is not valid UTF-8 on its own is given as its byte values, as
+ * llama.cpp does. `pieces`/`piece_lens` may be NULL. */
+char *api_tokenize_body(const int32_t *ids, size_t n, const char *const *pieces,
+                        const size_t *piece_lens);
+
+/* POST /detokenize {"tokens": [ids]}: ids must be integers in [0, n_vocab). The
+ * caller frees *ids. */
+int api_detokenize_parse(const json_t *root, int32_t n_vocab, int32_t **ids, size_t *n,
+                         struct api_bad_request *bad);
+/* {"content": text}; `text` is `len` bytes of UTF-8 and may hold U+0000. */
+char *api_detokenize_body(const char *text, size_t len);
+
+/* POST /apply-template answers {"prompt": text}. */
+char *api_apply_template_body(const char *prompt);
+
+#endif

@@ -1,0 +1,153 @@
+#!/usr/bin/python3
+"""The prompt-inspection endpoints (llama.cpp's shapes): POST /tokenize,
+/detokenize and /apply-template, served by the real daemon from a pack. The
+template's expected output comes from Jinja2 rendering the official template
+(tests/chat/oracle.py), not from our renderer."""
+
+import json
+import os
+import sys
+
+sys.dont_write_bytecode = True
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "chat"))
+
+from harness import (Daemon, assert_error_object, check, eq, pack_daemon,  # noqa: E402
+                     run_main, stop_ok, test)
+
+TEMPLATE = os.path.join(HERE, "..", "data", "minicpm5-2b", "chat_template.jinja")
+
+
+def post_json(d, path, obj, **kw):
+    return d.post(path, data=json.dumps(obj).encode(), headers={"Content-Type":
+                                                                 "application/json"}, **kw)
+
+
+@test
+def tokenize_roundtrip():
+    d = pack_daemon()
+    r = post_json(d, "/tokenize", {"content": "hello world"})
+    eq(r.status, 200, "/tokenize status")
+    ids = r.json().get("tokens")
+    check(isinstance(ids, list) and ids and all(isinstance(i, int) for i in ids),
+          "tokens must be a non-empty list of ints: %r", r.json())
+    r = post_json(d, "/detokenize", {"tokens": ids})
+    eq(r.status, 200, "/detokenize status")
+    eq(r.json().get("content"), "hello world", "detokenize(tokenize(s))")
+    stop_ok(d)
+
+
+@test
+def tokenize_with_pieces():
+    d = pack_daemon()
+    r = post_json(d, "/tokenize", {"content": "hello", "with_pieces": True})
+    eq(r.status, 200, "/tokenize status")
+    toks = r.json()["tokens"]
+    check(all(set(t) == {"id", "piece"} for t in toks), "each token is {id, piece}: %r", toks)
+    eq("".join(t["piece"] for t in toks if isinstance(t["piece"], str)), "hello",
+       "pieces concatenated")
+    stop_ok(d)
+
+
+@test
+def tokenize_parse_special():
+    """The fixture's "<|end|>" is a special added token (id 300): matched only with
+    parse_special (the default), text otherwise."""
+    d = pack_daemon()
+    on = post_json(d, "/tokenize", {"content": "a<|end|>"}).json()["tokens"]
+    off = post_json(d, "/tokenize", {"content": "a<|end|>", "parse_special": False}).json()["tokens"]
+    check(300 in on, "special token not matched with parse_special: %r", on)
+    check(300 not in off and len(off) > len(on), "special token matched without parse_special: %r",
+          off)
+    stop_ok(d)
+
+
+@test
+def tokenize_bad_requests():
+    d = pack_daemon()
+    r = d.post("/tokenize", data=b"{not json", headers={"Content-Type": "application/json"})
+    assert_error_object(r, 400, "invalid_request_error", "invalid_json")
+    r = post_json(d, "/tokenize", ["content"])
+    assert_error_object(r, 400, "invalid_request_error")
+    r = post_json(d, "/tokenize", {"content": 5})
+    assert_error_object(r, 400, "invalid_request_error", param="content")
+    r = post_json(d, "/tokenize", {"content": "x", "with_pieces": "yes"})
+    assert_error_object(r, 400, "invalid_request_error", param="with_pieces")
+    r = post_json(d, "/detokenize", {"tokens": [1, -1]})
+    assert_error_object(r, 400, "invalid_request_error", param="tokens[1]")
+    r = post_json(d, "/detokenize", {"tokens": [10 ** 9]})
+    assert_error_object(r, 400, "invalid_request_error", param="tokens[0]")
+    r = post_json(d, "/detokenize", {"tokens": "1 2"})
+    assert_error_object(r, 400, "invalid_request_error", param="tokens")
+    eq(d.get("/health").status, 200, "still healthy")
+    stop_ok(d)
+
+
+@test
+def text_endpoints_need_a_model():
+    d = Daemon().start()
+    for path, body in (("/tokenize", {"content": "x"}), ("/detokenize", {"tokens": [1]}),
+                       ("/apply-template", {"messages": [{"role": "user", "content": "x"}]})):
+        r = post_json(d, path, body)
+        assert_error_object(r, 503, "unavailable_error", "no_model")
+    stop_ok(d)
+
+
+@test
+def apply_template_matches_jinja2():
+    try:
+        import oracle
+    except ImportError as e:  # python3-jinja2 is a test dependency (tools/deps.sh)
+        raise AssertionError("cannot import the Jinja2 oracle: %s" % e)
+    template = oracle.load_template(TEMPLATE)
+    requests = [
+        {"messages": [{"role": "user", "content": "Hi there"}]},
+        {"messages": [{"role": "system", "content": "Be brief."},
+                      {"role": "user", "content": "2+2?"},
+                      {"role": "assistant", "content": "4"},
+                      {"role": "user", "content": "and 3+3? ünïcødé 你好 🙂"}],
+         "chat_template_kwargs": {"enable_thinking": False}},
+        {"messages": [{"role": "user", "content": "weather in Paris?"}],
+         "tools": [{"type": "function", "function": {
+             "name": "get_weather", "description": "Weather for a city",
+             "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                            "required": ["city"]}}}],
+         "chat_template_kwargs": {"enable_thinking": True}},
+    ]
+    d = pack_daemon()
+    for req in requests:
+        want = oracle.render(template, req)
+        r = post_json(d, "/apply-template", req)
+        eq(r.status, 200, "/apply-template status")
+        eq(r.json().get("prompt"), want, "prompt for %s" % json.dumps(req)[:80])
+    stop_ok(d)
+
+
+@test
+def apply_template_refusal_names_param():
+    d = pack_daemon()
+    r = post_json(d, "/apply-template", {"messages": []})
+    assert_error_object(r, 400, "invalid_request_error")
+    r = post_json(d, "/apply-template", {"messages": [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c1", "type": "function",
+             "function": {"name": "f", "arguments": "{not json"}}]}]})
+    assert_error_object(r, 400, "invalid_request_error",
+                        param="messages[1].tool_calls[0].function.arguments")
+    stop_ok(d)
+
+
+@test
+def text_endpoints_need_the_api_key():
+    d = pack_daemon(args=["--api-key", "k3y"])
+    r = post_json(d, "/tokenize", {"content": "x"})
+    assert_error_object(r, 401, "authentication_error")
+    r = d.post("/tokenize", data=b'{"content":"x"}', headers={"Authorization": "Bearer k3y"})
+    eq(r.status, 200, "with the key")
+    stop_ok(d)
+
+
+if __name__ == "__main__":
+    run_main()
