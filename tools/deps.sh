@@ -36,7 +36,9 @@ fi
 
 # The npm oracles (reference tokenizer), pinned by tests/oracle/package-lock.json.
 oracle="$(dirname "$0")/../tests/oracle"
-if [ "${1:-run}" = test ] && [ -f "$oracle/package-lock.json" ] && [ ! -d "$oracle/node_modules" ]; then
+if [ "${1:-run}" = test ] && [ -f "$oracle/package-lock.json" ] &&
+   { [ ! -f "$oracle/node_modules/.package-lock.json" ] ||
+     [ "$oracle/package-lock.json" -nt "$oracle/node_modules/.package-lock.json" ]; }; then
     echo "minicpmd: installing the npm test oracles" >&2
     (cd "$oracle" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 fi
