@@ -5,6 +5,7 @@
  * deltas are the same whether the text arrives in one piece, one byte at a time, or
  * in seeded random pieces; every delta is non-empty valid UTF-8 and every arguments
  * string is a JSON object. */
+#include "tests/utf8.h"
 #include "engine/outparse.h"
 #include "tests/check.h"
 
@@ -53,29 +54,6 @@ static void append(char **dst, const char *s, const char *sep)
     *dst = d;
 }
 
-static bool utf8_valid(const char *s)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    while (*u) {
-        unsigned c = *u;
-        int len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
-                : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-        if (len == 0)
-            return false;
-        for (int i = 1; i < len; i++) {
-            unsigned lo = 0x80, hi = 0xBF;
-            if (i == 1 && c == 0xE0) lo = 0xA0;
-            if (i == 1 && c == 0xED) hi = 0x9F;
-            if (i == 1 && c == 0xF0) lo = 0x90;
-            if (i == 1 && c == 0xF4) hi = 0x8F;
-            if (u[i] < lo || u[i] > hi)
-                return false;
-        }
-        u += len;
-    }
-    return true;
-}
-
 static void collect(struct result *r, struct eng_delta_list *l)
 {
     for (size_t i = 0; i < l->n; i++) {
@@ -83,7 +61,7 @@ static void collect(struct result *r, struct eng_delta_list *l)
         if (d->kind == ENG_DELTA_TOOL_CALL) {
             cr_assert_eq(d->index, r->ncalls, "tool call index");
             cr_assert(d->name && d->arguments && d->text == NULL);
-            cr_assert(utf8_valid(d->name) && utf8_valid(d->arguments));
+            cr_assert(mcd_utf8_valid(d->name) && mcd_utf8_valid(d->arguments));
             json_t *j = json_loads(d->arguments, 0, NULL);
             cr_assert(json_is_object(j), "arguments not a JSON object: %s", d->arguments);
             json_decref(j);
@@ -93,7 +71,7 @@ static void collect(struct result *r, struct eng_delta_list *l)
             append(&r->calls, line, "\n");
         } else {
             cr_assert(d->text && d->text[0] != '\0', "empty text delta");
-            cr_assert(utf8_valid(d->text), "invalid UTF-8 in a delta");
+            cr_assert(mcd_utf8_valid(d->text), "invalid UTF-8 in a delta");
             append(d->kind == ENG_DELTA_CONTENT ? &r->content : &r->reasoning, d->text, NULL);
         }
     }

@@ -5,6 +5,7 @@
  * concatenated content and reasoning, and the tool calls), and every delta must be
  * non-empty valid UTF-8 and every arguments string a JSON object. Any difference
  * aborts, so libFuzzer saves the input. */
+#include "tests/utf8.h"
 #include "engine/outparse.h"
 
 #include <stdint.h>
@@ -37,29 +38,6 @@ static void acc_put(struct acc *a, int which, const char *s, size_t n)
     a->buf[which] = b;
 }
 
-static bool utf8_valid(const char *s)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    while (*u) {
-        unsigned c = *u;
-        int len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
-                : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-        if (len == 0)
-            return false;
-        for (int i = 1; i < len; i++) {
-            unsigned lo = 0x80, hi = 0xBF;
-            if (i == 1 && c == 0xE0) lo = 0xA0;
-            if (i == 1 && c == 0xED) hi = 0x9F;
-            if (i == 1 && c == 0xF0) lo = 0x90;
-            if (i == 1 && c == 0xF4) hi = 0x8F;
-            if (u[i] < lo || u[i] > hi)
-                return false;
-        }
-        u += len;
-    }
-    return true;
-}
-
 static void check(const char *what, bool ok)
 {
     if (!ok) {
@@ -74,7 +52,7 @@ static void drain(struct acc *a, struct eng_delta_list *l, int *ncalls)
         const struct eng_delta *d = &l->items[i];
         if (d->kind == ENG_DELTA_TOOL_CALL) {
             check("tool call index", d->index == *ncalls);
-            check("invalid UTF-8 in a tool call", utf8_valid(d->name) && utf8_valid(d->arguments));
+            check("invalid UTF-8 in a tool call", mcd_utf8_valid(d->name) && mcd_utf8_valid(d->arguments));
             json_t *j = json_loads(d->arguments, 0, NULL);
             check("arguments are not a JSON object", json_is_object(j));
             json_decref(j);
@@ -85,7 +63,7 @@ static void drain(struct acc *a, struct eng_delta_list *l, int *ncalls)
             acc_put(a, 2, "\x02", 1);
         } else {
             check("empty or missing text", d->text && d->text[0]);
-            check("invalid UTF-8 in a delta", utf8_valid(d->text));
+            check("invalid UTF-8 in a delta", mcd_utf8_valid(d->text));
             acc_put(a, d->kind == ENG_DELTA_CONTENT ? 0 : 1, d->text, strlen(d->text));
         }
     }
