@@ -1,0 +1,55 @@
+/* Internals shared by the kernel files: the per-ISA entry points the dispatcher
+ * (kernels.c) chooses between, and BF16 helpers. Not for use outside engine/. */
+#ifndef MINICPMD_ENGINE_KERNELS_IMPL_H
+#define MINICPMD_ENGINE_KERNELS_IMPL_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "engine/bf16.h"
+#include "engine/kernels.h"
+
+/* Element i of a little-endian BF16 array at a possibly unaligned address. */
+static inline float kern_bf16_at(const uint8_t *p, int i) { return eng_bf16_load(p, (size_t)i); }
+
+/* x for column block cb of an input of `in` columns: a pointer into x, or for a
+ * final partial block the tail copied into xt[256] and zero-padded, so kernels
+ * never read x past `in` (the padded weights need not be zero). */
+static inline const float *kern_x_block(const float *x, int in, int cb, float *xt)
+{
+    int c0 = cb * ENG_Q4_1_COLS;
+    if (c0 + ENG_Q4_1_COLS <= in)
+        return x + c0;
+    int n = in - c0;
+    memcpy(xt, x + c0, (size_t)n * sizeof *xt);
+    memset(xt + n, 0, (size_t)(ENG_Q4_1_COLS - n) * sizeof *xt);
+    return xt;
+}
+
+typedef void (*kern_q4_1_fn)(const uint8_t *chunks, int in, int row_begin, int row_end,
+                             const float *x, float *y);
+typedef void (*kern_bf16_fn)(const uint16_t *w, int in, int row_begin, int row_end,
+                             const float *x, float *y);
+typedef void (*kern_q4_1_q8_fn)(const uint8_t *chunks, int in, int row_begin, int row_end,
+                                const struct eng_q8x *xq, float *y);
+
+void eng__matvec_q4_1_scalar(const uint8_t *chunks, int in, int row_begin, int row_end,
+                             const float *x, float *y);
+void eng__matvec_bf16_scalar(const uint16_t *w, int in, int row_begin, int row_end,
+                             const float *x, float *y);
+void eng__matvec_q4_1_q8_scalar(const uint8_t *chunks, int in, int row_begin, int row_end,
+                                const struct eng_q8x *xq, float *y);
+
+void eng__matvec_q4_1_avx2(const uint8_t *chunks, int in, int row_begin, int row_end,
+                           const float *x, float *y);
+void eng__matvec_bf16_avx2(const uint16_t *w, int in, int row_begin, int row_end,
+                           const float *x, float *y);
+
+void eng__matvec_q4_1_avx512(const uint8_t *chunks, int in, int row_begin, int row_end,
+                             const float *x, float *y);
+void eng__matvec_bf16_avx512(const uint16_t *w, int in, int row_begin, int row_end,
+                             const float *x, float *y);
+void eng__matvec_q4_1_q8_vnni(const uint8_t *chunks, int in, int row_begin, int row_end,
+                              const struct eng_q8x *xq, float *y);
+
+#endif

@@ -1,0 +1,111 @@
+/* CPU compute kernels for the decode path: matrix-vector products over the Q4NX
+ * Q4_1 chunk layout and over row-major BF16, plus the small per-token kernels
+ * (RMSNorm, NeoX RoPE, softmax, SwiGLU).
+ *
+ * Every matrix-vector kernel exists as a scalar reference and as AVX2 and AVX-512
+ * variants; eng_isa_detect() picks the best one the CPU has on first use, and
+ * eng_kernels_set_isa() forces one (tests compare every path with the scalar one).
+ * Kernels are pure functions of their arguments: any thread may call them
+ * concurrently on disjoint outputs. Threading is the caller's: each matrix-vector
+ * kernel has a `_rows` form that computes only y[row_begin, row_end).
+ *
+ * Q4_1 chunk layout (docs model-minicpm5.md §3.9): a weight W[out, in] is stored
+ * as 5,120-byte chunks of 32 rows x 256 input columns, row-block-major: chunk f
+ * covers rows 32*(f / ncol) .. +31 and columns 256*(f % ncol) .. +255, with
+ * ncol = ceil(in / 256). Columns past `in` are padding; the kernels ignore them
+ * (they never read x past x[in - 1]). `out` must be a multiple of 32. */
+#ifndef MINICPMD_ENGINE_KERNELS_H
+#define MINICPMD_ENGINE_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ENG_Q4_1_CHUNK_BYTES 5120
+#define ENG_Q4_1_ROWS 32  /* rows per chunk */
+#define ENG_Q4_1_COLS 256 /* input columns per chunk */
+#define ENG_Q4_1_GROUP 32 /* input columns per scale/min pair */
+
+enum eng_isa {
+    ENG_ISA_SCALAR,
+    ENG_ISA_AVX2,   /* AVX2 + FMA + F16C */
+    ENG_ISA_AVX512, /* AVX-512 F/BW/VL; the int8 path also wants VNNI */
+};
+
+/* The best ISA this CPU supports (cpuid via __builtin_cpu_supports). */
+enum eng_isa eng_isa_detect(void);
+
+/* Whether this CPU has AVX-512 VNNI (used only by eng_matvec_q4_1_q8). */
+int eng_isa_has_vnni(void);
+
+/* Force the kernels onto `isa` (tests, benchmarks). Returns 0, or -1 (and
+ * changes nothing) if the CPU lacks it. Not thread-safe against running kernels:
+ * call it before any kernel runs. */
+int eng_kernels_set_isa(enum eng_isa isa);
+
+/* The ISA the kernels currently use. */
+enum eng_isa eng_kernels_isa(void);
+
+/* "scalar", "avx2", "avx512". */
+const char *eng_isa_name(enum eng_isa isa);
+
+/* ---- matrix-vector --------------------------------------------------------- */
+
+/* y[out] = W[out, in] . x[in] for W in Q4_1 chunks (n_chunks = out/32 * ncol).
+ * Exact float arithmetic on the dequantized weights w = q*d + m. */
+void eng_matvec_q4_1(const uint8_t *chunks, int out, int in, const float *x, float *y);
+
+/* The same for rows [row_begin, row_end) only, both multiples of 32; writes
+ * y[row_begin .. row_end - 1] (y is indexed by absolute row). */
+void eng_matvec_q4_1_rows(const uint8_t *chunks, int in, int row_begin, int row_end,
+                          const float *x, float *y);
+
+/* y[out] = W[out, in] . x[in] for row-major BF16 W (HF lm_head, embeddings). */
+void eng_matvec_bf16(const uint16_t *w, int out, int in, const float *x, float *y);
+
+/* The same for rows [row_begin, row_end) (any rows); writes y[row_begin ..]. */
+void eng_matvec_bf16_rows(const uint16_t *w, int in, int row_begin, int row_end,
+                          const float *x, float *y);
+
+/* ---- Q4_1 x int8 activations (the fast decode path) ------------------------ */
+
+/* x quantized to int8 per 32-column group: x[c] ~= d[g] * q[c], g = c/32, with
+ * the exact float sum of each group kept for the Q4_1 min term. Storage is the
+ * caller's: q holds eng_q8x_cols(in) bytes, d and sum eng_q8x_cols(in)/32 floats
+ * each; columns past `in` are zero. Quantize once, then any number of threads may
+ * run eng_matvec_q4_1_q8_rows on it. */
+struct eng_q8x {
+    int8_t *q;  /* (cols) */
+    float *d;   /* (cols / 32) scale */
+    float *sum; /* (cols / 32) sum of the float x in the group */
+};
+
+/* Columns of quantized x for an input of `in`: in rounded up to 256. */
+static inline int eng_q8x_cols(int in) { return (in + ENG_Q4_1_COLS - 1) / ENG_Q4_1_COLS * ENG_Q4_1_COLS; }
+
+void eng_q8x_quantize(const struct eng_q8x *xq, const float *x, int in);
+
+/* y[row_begin .. row_end - 1] = W . x with x quantized: per group
+ * y += d_w * d_x * sum(q_w * q_x) + m_w * sum(x). Runs on AVX-512 VNNI when the
+ * CPU has it and the ISA is ENG_ISA_AVX512, otherwise on the scalar reference of
+ * the same integer arithmetic. Error against exact W.x is bounded by
+ * sum_c |w_c| * d_x[g]/2 (half a quantization step of x per term). */
+void eng_matvec_q4_1_q8_rows(const uint8_t *chunks, int in, int row_begin, int row_end,
+                             const struct eng_q8x *xq, float *y);
+
+/* ---- per-token kernels ----------------------------------------------------- */
+
+/* o[i] = w[i] * x[i] / sqrt(mean(x^2) + eps); w is BF16 as stored in the pack.
+ * o may alias x. */
+void eng_rmsnorm(float *o, const float *x, const uint16_t *w, int n, float eps);
+
+/* NeoX ("rotate_half") RoPE in place on n_heads heads of head_dim floats each:
+ * element d pairs with d + head_dim/2, angle pos * theta^(-2d/head_dim). */
+void eng_rope_neox(float *v, int n_heads, int head_dim, int pos, double theta);
+
+/* In-place softmax over x[n] (max-subtracted, float accumulation). */
+void eng_softmax(float *x, int n);
+
+/* g[i] = silu(g[i]) * u[i], silu(t) = t / (1 + exp(-t)). */
+void eng_silu_mul(float *g, const float *u, int n);
+
+#endif
