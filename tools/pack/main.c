@@ -18,6 +18,9 @@ static const struct {
      "                             --bench: encode stdin for ~2 s, print MB/s)"},
     {"template", pack_cmd_template,
      "template PACK               OpenAI chat request JSON on stdin -> the rendered prompt"},
+    {"gen", pack_cmd_gen,
+     "gen --preset P --seed S --out DIR [--kv-heads N]\n"
+     "                             write a pack with random weights (presets: gen --help)"},
 };
 
 static void usage(FILE *out)

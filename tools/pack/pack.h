@@ -5,5 +5,6 @@
 
 int pack_cmd_tokenize(int argc, char **argv);  /* tokenize DIR|tokenizer.json [--decode] */
 int pack_cmd_template(int argc, char **argv);  /* template DIR|chat_template.jinja */
+int pack_cmd_gen(int argc, char **argv);       /* gen --preset P --seed S --out DIR */
 
 #endif

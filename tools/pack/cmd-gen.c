@@ -1,0 +1,430 @@
+/* minicpmd-pack gen --preset P --seed S --out DIR [--kv-heads N]
+ *
+ * Writes a complete pack with random weights: config.json, model.q4nx,
+ * tokenizer.json, tokenizer_config.json, generation_config.json and
+ * chat_template.jinja. The packs exist so that the engine, the numpy reference and
+ * the NPU path can be tested and benchmarked on MiniCPM5's exact file formats and
+ * shapes without downloading 5 GB; the weights mean nothing.
+ *
+ * Deterministic: one preset and seed give byte-identical files. Each tensor draws
+ * from its own splitmix64 stream seeded by (seed, tensor index), so the output does
+ * not depend on the order or the batching in which tensors are produced. */
+#include "tools/pack/gen.h"
+#include "tools/pack/pack.h"
+#include "tools/pack/q4nx-write.h"
+#include "pack-chat-template.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static const struct gen_preset presets[] = {
+    {"tiny", 256, 4, 4, 2, 64, 768, 1024, 1022, 4096, "a few MB, for unit tests"},
+    {"deep", 128, 42, 2, 1, 64, 256, 1024, 1022, 4096, "42 narrow layers, for layer chunking"},
+    {"demo", 512, 8, 8, 2, 64, 1536, 4096, 4094, 8192, "served when no model is found"},
+    {"2b", 2048, 42, 16, 2, 128, 6144, 130560, 130072, 131072, "MiniCPM5-2B's exact shapes"},
+};
+
+/* ---- the files around the weights ------------------------------------------ */
+
+static int write_json(const char *dir, const char *name, json_t *j)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int rc = j ? 0 : -ENOMEM;
+    /* Ten digits: 1e-06 and 0.95 print as written, not as 9.9999999999999995e-07. */
+    if (rc == 0 && json_dump_file(j, path, JSON_INDENT(2) | JSON_REAL_PRECISION(10)) != 0)
+        rc = -EIO;
+    json_decref(j);
+    if (rc)
+        fprintf(stderr, "minicpmd-pack gen: %s: %s\n", path, strerror(-rc));
+    return rc;
+}
+
+static json_t *config_json(const struct gen_preset *p, int kv_heads, uint64_t seed)
+{
+    return json_pack(
+        "{s:[s], s:b, s:f, s:i, s:[i, i], s:i, s:s, s:i, s:f, s:i, s:i, s:b, s:s, s:i, s:i, "
+        "s:i, s:i, s:i, s:f, s:n, s:f, s:b, s:s, s:b, s:i, s:{s:s, s:I, s:s}}",
+        "architectures", "LlamaForCausalLM", "attention_bias", 0, "attention_dropout", 0.0,
+        "bos_token_id", 0, "eos_token_id", 1, p->im_start + 1, "head_dim", p->head_dim,
+        "hidden_act", "silu", "hidden_size", p->hidden, "initializer_range", 0.02,
+        "intermediate_size", p->ffn, "max_position_embeddings", p->max_pos, "mlp_bias", 0,
+        "model_type", "llama", "num_attention_heads", p->heads, "num_hidden_layers", p->layers,
+        "num_key_value_heads", kv_heads, "pad_token_id", 1, "pretraining_tp", 1, "rms_norm_eps",
+        1e-6, "rope_scaling", "rope_theta", 5e6, "tie_word_embeddings", 0, "torch_dtype",
+        "bfloat16", "use_cache", 1, "vocab_size", p->vocab, "minicpmd_generated", "preset",
+        p->name, "seed", (json_int_t)seed, "note", "random weights from minicpmd-pack gen");
+}
+
+static json_t *tokenizer_config_json(const struct gen_preset *p)
+{
+    return json_pack("{s:b, s:b, s:s, s:b, s:s, s:i, s:s, s:s}", "add_bos_token", 0,
+                     "add_eos_token", 0, "bos_token", "<s>", "clean_up_tokenization_spaces", 0,
+                     "eos_token", "</s>", "model_max_length", p->max_pos, "pad_token", "</s>",
+                     "tokenizer_class", "PreTrainedTokenizerFast");
+}
+
+static json_t *generation_config_json(const struct gen_preset *p)
+{
+    return json_pack("{s:b, s:f, s:f, s:[i, i], s:i, s:i}", "do_sample", 1, "temperature", 1.0,
+                     "top_p", 0.95, "eos_token_id", 1, p->im_start + 1, "bos_token_id", 0,
+                     "pad_token_id", 1);
+}
+
+static int write_template(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    FILE *f = fopen(path, "wb");
+    int rc = f ? 0 : -errno;
+    if (f && fwrite(gen_chat_template, 1, gen_chat_template_len, f) != gen_chat_template_len)
+        rc = -EIO;
+    if (f && fclose(f) != 0 && rc == 0)
+        rc = -EIO;
+    if (rc)
+        fprintf(stderr, "minicpmd-pack gen: %s: %s\n", path, strerror(-rc));
+    return rc;
+}
+
+/* ---- the weights ------------------------------------------------------------ */
+
+enum init { INIT_EMBED, INIT_NORM, INIT_MATMUL };
+
+struct gen_tensor {
+    enum init init;
+    float scale;   /* standard deviation (matmul, embedding) or noise (norm) */
+    int rep_head;  /* > 1: K/V rows replicated, each head this many times */
+    int head_dim;  /* with rep_head: rows per head */
+};
+
+/* Roughly normal, mean 0, std 1: the sum of four uniform 16-bit draws (Irwin-Hall),
+ * one PRNG call per value. Tails end at +-3.5 sigma, which suits Q4_1 well. */
+static inline float normalish(uint64_t *s)
+{
+    uint64_t r = gen_rand(s);
+    uint32_t sum = (uint32_t)(r & 0xFFFF) + (uint32_t)(r >> 16 & 0xFFFF) +
+                   (uint32_t)(r >> 32 & 0xFFFF) + (uint32_t)(r >> 48);
+    return ((float)sum - 131070.0f) * (1.0f / 37837.6f);
+}
+
+/* Values as a BF16 checkpoint would hold them: the Q4_1 of this pack is what a
+ * converter makes from a BF16 original with the same numbers. */
+static void fill_rows(uint64_t *rng, float *out, size_t n, float scale)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = q4nx_bf16_to_f32(q4nx_f32_to_bf16(normalish(rng) * scale));
+}
+
+struct progress {
+    uint64_t total, done, next;
+    double t0;
+};
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void progress_add(struct progress *pr, uint64_t n)
+{
+    pr->done += n;
+    if (pr->total < (64u << 20) || pr->done < pr->next)
+        return;
+    pr->next += pr->total / 20;
+    fprintf(stderr, "minicpmd-pack gen: %3d%% (%" PRIu64 " of %" PRIu64 " MB) %.1f s\n",
+            (int)(100 * pr->done / pr->total), pr->done >> 20, pr->total >> 20, now() - pr->t0);
+}
+
+/* Produces one tensor's bytes and streams them to the writer. */
+static int emit(struct q4nx_writer *w, const struct q4nx_tensor *t, const struct gen_tensor *g,
+                uint64_t seed, size_t index, struct progress *pr)
+{
+    uint64_t rng = seed ^ (0xA24BAED4963EE407ull * (index + 1));
+    float *rows = NULL, *base = NULL;
+    uint8_t *out = NULL;
+    int rc = -ENOMEM;
+
+    if (t->kind == Q4NX_BF16) {
+        /* Embedding rows or a norm vector, one row at a time. */
+        int64_t nrows = t->rows ? t->rows : 1;
+        out = malloc((size_t)t->cols * 2);
+        if (!out)
+            goto out;
+        for (int64_t r = 0; r < nrows; r++) {
+            for (int64_t c = 0; c < t->cols; c++) {
+                float x = normalish(&rng) * g->scale;
+                uint16_t v = q4nx_f32_to_bf16(g->init == INIT_NORM ? 1.0f + x : x);
+                out[2 * c] = (uint8_t)v;  /* little-endian on any host */
+                out[2 * c + 1] = (uint8_t)(v >> 8);
+            }
+            if ((rc = q4nx_writer_append(w, out, (size_t)t->cols * 2)))
+                goto out;
+            progress_add(pr, (uint64_t)t->cols * 2);
+        }
+        rc = 0;
+        goto out;
+    }
+
+    /* Q4_1: 32 rows at a time -> one row of chunks. */
+    size_t cols = (size_t)t->cols;
+    size_t block_bytes = (size_t)((t->cols + 255) / 256) * Q4NX_CHUNK_BYTES;
+    float scale = g->scale;
+    rows = malloc(32 * cols * sizeof *rows);
+    out = malloc(block_bytes);
+    if (!rows || !out)
+        goto out;
+    if (g->rep_head > 1) {
+        /* KV replication (§3.4): draw the model's real K/V rows exactly as an
+         * unreplicated pack would, then repeat each head: new head j is original
+         * head j / rep_head. */
+        int64_t base_rows = t->rows / g->rep_head;
+        base = malloc((size_t)base_rows * cols * sizeof *base);
+        if (!base)
+            goto out;
+        fill_rows(&rng, base, (size_t)base_rows * cols, scale);
+    }
+    for (int64_t r0 = 0; r0 < t->rows; r0 += 32) {
+        if (base) {
+            for (int64_t r = 0; r < 32; r++) {
+                int64_t R = r0 + r, head = R / g->head_dim / g->rep_head;
+                int64_t src = head * g->head_dim + R % g->head_dim;
+                memcpy(rows + r * (int64_t)cols, base + (size_t)src * cols, cols * sizeof *rows);
+            }
+        } else {
+            fill_rows(&rng, rows, 32 * cols, scale);
+        }
+        q4nx_pack_rowblock(rows, t->cols, out);
+        if ((rc = q4nx_writer_append(w, out, block_bytes)))
+            goto out;
+        progress_add(pr, block_bytes);
+    }
+    rc = 0;
+out:
+    free(base);
+    free(rows);
+    free(out);
+    return rc;
+}
+
+/* ---- the pack --------------------------------------------------------------- */
+
+static const char *const layer_names[] = {
+    "input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+    "self_attn.o_proj", "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj",
+    "mlp.down_proj",
+};
+
+/* The tensor list in file order, with how each is drawn. Matmuls get std
+ * 1/sqrt(in) so activations keep about unit scale through every layer; norms are
+ * 1 +- 2 % so they matter but do not blow anything up. */
+static size_t layout(const struct gen_preset *p, int kv_heads, struct q4nx_tensor *t,
+                     struct gen_tensor *g)
+{
+    size_t n = 0;
+    int64_t h = p->hidden, q = (int64_t)p->heads * p->head_dim;
+    int64_t kv = (int64_t)kv_heads * p->head_dim;
+#define ADD(NAME, KIND, ROWS, COLS, INIT, SCALE, REP)                                      \
+    do {                                                                                   \
+        t[n] = (struct q4nx_tensor){.kind = (KIND), .rows = (ROWS), .cols = (COLS)};        \
+        snprintf(t[n].name, sizeof t[n].name, "%s", (NAME));                               \
+        g[n] = (struct gen_tensor){(INIT), (SCALE), (REP), p->head_dim};                   \
+        n++;                                                                               \
+    } while (0)
+    ADD("model.embed_tokens.weight", Q4NX_BF16, p->vocab, h, INIT_EMBED, 1.0f, 1);
+    for (int l = 0; l < p->layers; l++) {
+        for (size_t k = 0; k < sizeof layer_names / sizeof *layer_names; k++) {
+            char name[96];
+            snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, layer_names[k]);
+            switch (k) {
+            case 0: case 5: ADD(name, Q4NX_BF16, 0, h, INIT_NORM, 0.02f, 1); break;
+            case 1: ADD(name, Q4NX_Q4_1, q, h, INIT_MATMUL, 1.0f / sqrtf((float)h), 1); break;
+            case 2: case 3:
+                ADD(name, Q4NX_Q4_1, kv, h, INIT_MATMUL, 1.0f / sqrtf((float)h),
+                    kv_heads / p->kv_heads);
+                break;
+            case 4: ADD(name, Q4NX_Q4_1, h, q, INIT_MATMUL, 1.0f / sqrtf((float)q), 1); break;
+            case 6: case 7:
+                ADD(name, Q4NX_Q4_1, p->ffn, h, INIT_MATMUL, 1.0f / sqrtf((float)h), 1);
+                break;
+            default:
+                ADD(name, Q4NX_Q4_1, h, p->ffn, INIT_MATMUL, 1.0f / sqrtf((float)p->ffn), 1);
+                break;
+            }
+        }
+    }
+    ADD("model.norm.weight", Q4NX_BF16, 0, h, INIT_NORM, 0.02f, 1);
+    ADD("lm_head.weight", Q4NX_Q4_1, p->vocab, h, INIT_MATMUL, 1.0f / sqrtf((float)h), 1);
+#undef ADD
+    return n;
+}
+
+static int write_weights(const char *dir, const struct gen_preset *p, int kv_heads,
+                         uint64_t seed, uint64_t *bytes)
+{
+    size_t cap = 3 + 9 * (size_t)p->layers;
+    struct q4nx_tensor *t = calloc(cap, sizeof *t);
+    struct gen_tensor *g = calloc(cap, sizeof *g);
+    struct q4nx_writer w = {0};
+    char tmp[4096], path[4096];
+    int rc = -ENOMEM;
+
+    snprintf(path, sizeof path, "%s/model.q4nx", dir);
+    snprintf(tmp, sizeof tmp, "%s/model.q4nx.tmp", dir);
+    if (!t || !g)
+        goto out;
+    size_t n = layout(p, kv_heads, t, g);
+    if ((rc = q4nx_writer_open(&w, tmp, t, n)))
+        goto out;
+    struct progress pr = {.total = t[n - 1].end, .next = t[n - 1].end / 20, .t0 = now()};
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = emit(&w, &t[i], &g[i], seed, i, &pr);
+    int crc = q4nx_writer_close(&w);
+    rc = rc ? rc : crc;
+    /* Only a complete file gets the real name: an interrupted `2b` run leaves
+     * nothing that looks like a pack. */
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = -errno;
+    if (rc)
+        remove(tmp);
+    else
+        *bytes = t[n - 1].end;
+out:
+    if (rc)
+        fprintf(stderr, "minicpmd-pack gen: %s: %s\n", path, strerror(-rc));
+    free(t);
+    free(g);
+    return rc;
+}
+
+/* mkdir -p: gen's output directory may be several levels new (build/packs/tiny). */
+static int mkdir_p(const char *dir)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return -ENAMETOOLONG;
+    for (char *s = path + 1; *s; s++) {
+        if (*s != '/')
+            continue;
+        *s = '\0';
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            return -errno;
+        *s = '/';
+    }
+    if (mkdir(path, 0755) != 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "Usage: minicpmd-pack gen --preset P --seed S --out DIR [--kv-heads N] [--no-weights]\n\n"
+               "Presets:\n");
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        const struct gen_preset *p = &presets[i];
+        fprintf(f, "  %-5s hidden %d, %d layers, %d/%d heads x %d, ffn %d, vocab %d: %s\n",
+                p->name, p->hidden, p->layers, p->heads, p->kv_heads, p->head_dim, p->ffn,
+                p->vocab, p->about);
+    }
+    fprintf(f, "--no-weights writes everything but model.q4nx (e.g. the 2b tokenizer alone).\n");
+    fprintf(f, "--kv-heads N replicates the K/V heads to N (a multiple of the preset's,\n"
+               "dividing the query heads), as NPU packs do; the model computes the same.\n");
+}
+
+int pack_cmd_gen(int argc, char **argv)
+{
+    const struct gen_preset *p = NULL;
+    const char *dir = NULL, *seed_s = NULL;
+    int kv_heads = 0;
+    bool weights = true;
+    char err[512];
+    int rc;
+
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        if (strcmp(a, "--no-weights") == 0) {
+            weights = false;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "minicpmd-pack gen: '%s' needs a value (see --help)\n", a);
+            return 2;
+        }
+        i++;
+        if (strcmp(a, "--preset") == 0) {
+            for (size_t k = 0; k < sizeof presets / sizeof *presets; k++)
+                if (strcmp(v, presets[k].name) == 0)
+                    p = &presets[k];
+            if (!p) {
+                fprintf(stderr, "minicpmd-pack gen: unknown preset '%s' (see --help)\n", v);
+                return 2;
+            }
+        } else if (strcmp(a, "--seed") == 0) {
+            seed_s = v;
+        } else if (strcmp(a, "--out") == 0) {
+            dir = v;
+        } else if (strcmp(a, "--kv-heads") == 0) {
+            kv_heads = atoi(v);
+        } else {
+            fprintf(stderr, "minicpmd-pack gen: unknown option '%s' (see --help)\n", a);
+            return 2;
+        }
+    }
+    if (!p || !dir || !seed_s) {
+        usage(stderr);
+        return 2;
+    }
+    char *end;
+    errno = 0;
+    unsigned long long seed = strtoull(seed_s, &end, 0);
+    if (errno || *end || !*seed_s || *seed_s == '-' || seed > INT64_MAX) {
+        fprintf(stderr, "minicpmd-pack gen: --seed must be an integer 0..2^63-1\n");
+        return 2;
+    }
+    if (!kv_heads)
+        kv_heads = p->kv_heads;
+    if (kv_heads < p->kv_heads || kv_heads % p->kv_heads || p->heads % kv_heads) {
+        fprintf(stderr, "minicpmd-pack gen: --kv-heads %d must be a multiple of %d dividing %d\n",
+                kv_heads, p->kv_heads, p->heads);
+        return 2;
+    }
+    if ((rc = mkdir_p(dir))) {
+        fprintf(stderr, "minicpmd-pack gen: %s: %s\n", dir, strerror(-rc));
+        return 1;
+    }
+
+    double t0 = now();
+    uint64_t bytes = 0;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    rc = gen_tokenizer_write(path, p, err, sizeof err);
+    if (rc)
+        fprintf(stderr, "minicpmd-pack gen: %s: %s\n", path, err);
+    if (rc || (rc = write_json(dir, "config.json", config_json(p, kv_heads, seed))) ||
+        (rc = write_json(dir, "tokenizer_config.json", tokenizer_config_json(p))) ||
+        (rc = write_json(dir, "generation_config.json", generation_config_json(p))) ||
+        (rc = write_template(dir)) ||
+        (weights && (rc = write_weights(dir, p, kv_heads, seed, &bytes))))
+        return 1;
+    if (weights)
+        fprintf(stderr, "minicpmd-pack gen: %s pack (seed %llu%s) in %s: model.q4nx %.1f MB, %.1f s\n",
+                p->name, seed, kv_heads != p->kv_heads ? ", replicated KV heads" : "", dir,
+                (double)bytes / 1e6, now() - t0);
+    else
+        fprintf(stderr, "minicpmd-pack gen: %s pack without weights in %s, %.1f s\n", p->name, dir,
+                now() - t0);
+    return 0;
+}
