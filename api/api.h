@@ -80,6 +80,7 @@ struct api_model {
     const char *owned_by;       /* "minicpmd" */
     const struct api_model_meta *meta;  /* NULL while loading */
     const char *status;         /* "loading", "ready", "failed" */
+    bool demo;                  /* the built-in demo pack (random weights) */
 };
 
 /* {"object":"list","data":[model, …]} */

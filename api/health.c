@@ -51,6 +51,8 @@ static json_t *model_json(const struct api_model *m)
     if (!o)
         return NULL;
     set_opt_string(o, "status", m->status);
+    if (m->demo)
+        json_object_set_new(o, "demo", json_true());
     if (m->meta) {
         const struct api_model_meta *x = m->meta;
         json_object_set_new(o, "meta",

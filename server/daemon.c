@@ -145,6 +145,10 @@ static int start_loading(struct daemon *d)
     d->app.state = API_HEALTH_LOADING;
     log_info("loading model %s from %s (%s)", d->app.model->id, d->app.model->path,
              cfg_model_source_name(d->app.model->source));
+    if (d->app.model->source == CFG_MODEL_EMBEDDED)
+        log_warn("no model configured or found: serving the built-in demo pack %s (random "
+                 "weights: it answers, but not sensibly; use --model PATH|TAG for a real one)",
+                 d->app.model->id);
     srv_sd_notifyf("STATUS=loading model %s\nEXTEND_TIMEOUT_USEC=%llu", d->app.model->id,
                    (unsigned long long)EXTEND_USEC);
     uv_timer_start(&d->extend, on_extend, EXTEND_USEC / 2000, EXTEND_USEC / 2000);

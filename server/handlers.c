@@ -47,6 +47,7 @@ static bool describe_model(const struct srv_app *app, struct api_model *m,
         .owned_by = "minicpmd",
         .meta = ready ? meta : NULL,
         .status = model_status(app->state),
+        .demo = app->model->source == CFG_MODEL_EMBEDDED,
     };
     return true;
 }
