@@ -6,6 +6,7 @@
  * reading tensors is the weights loader's job. Every check fails with one line that
  * names the file and the field, because the user's next step is to fix that file.
  */
+#include "engine/err.h"
 #include "engine/engine.h"
 
 #include <errno.h>
@@ -23,20 +24,6 @@ struct eng_pack {
     char *dir;
     char *model_type;
 };
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 const char *eng_weights_format_name(enum eng_weights_format f)
 {
@@ -72,7 +59,7 @@ static int get_int(json_t *cfg, const char *path, const char *key, long long lo,
             *out = (int)def;
             return 0;
         }
-        return fail(err, errlen, -EINVAL, "%s: missing integer field '%s'", path, key);
+        return eng__fail(err, errlen, -EINVAL, "%s: missing integer field '%s'", path, key);
     }
     /* Some exporters write 2048.0; accept integral reals, nothing else. */
     long long x;
@@ -81,10 +68,10 @@ static int get_int(json_t *cfg, const char *path, const char *key, long long lo,
     } else if (json_is_real(v) && json_real_value(v) == (double)(long long)json_real_value(v)) {
         x = (long long)json_real_value(v);
     } else {
-        return fail(err, errlen, -EINVAL, "%s: field '%s' must be an integer", path, key);
+        return eng__fail(err, errlen, -EINVAL, "%s: field '%s' must be an integer", path, key);
     }
     if (x < lo || x > hi)
-        return fail(err, errlen, -EINVAL, "%s: field '%s' = %lld is out of range (%lld..%lld)",
+        return eng__fail(err, errlen, -EINVAL, "%s: field '%s' = %lld is out of range (%lld..%lld)",
                     path, key, x, lo, hi);
     *out = (int)x;
     return 0;
@@ -99,10 +86,10 @@ static int get_real(json_t *cfg, const char *path, const char *key, double lo, d
         return 0;
     }
     if (!json_is_number(v))
-        return fail(err, errlen, -EINVAL, "%s: field '%s' must be a number", path, key);
+        return eng__fail(err, errlen, -EINVAL, "%s: field '%s' must be a number", path, key);
     double x = json_number_value(v);
     if (!(x >= lo && x <= hi))
-        return fail(err, errlen, -EINVAL, "%s: field '%s' = %g is out of range (%g..%g)", path,
+        return eng__fail(err, errlen, -EINVAL, "%s: field '%s' = %g is out of range (%g..%g)", path,
                     key, x, lo, hi);
     *out = x;
     return 0;
@@ -123,7 +110,7 @@ static int read_hparams(json_t *cfg, const char *path, struct eng_hparams *hp, c
                       err, errlen)))
         return rc;
     if (hp->n_embd % hp->n_heads != 0 && !json_object_get(cfg, "head_dim"))
-        return fail(err, errlen, -EINVAL,
+        return eng__fail(err, errlen, -EINVAL,
                     "%s: hidden_size %d is not a multiple of num_attention_heads %d and no "
                     "head_dim is given",
                     path, hp->n_embd, hp->n_heads);
@@ -131,10 +118,10 @@ static int read_hparams(json_t *cfg, const char *path, struct eng_hparams *hp, c
                       err, errlen)))
         return rc;
     if (hp->head_dim % 2 != 0)
-        return fail(err, errlen, -EINVAL, "%s: head_dim %d must be even (RoPE rotates pairs)",
+        return eng__fail(err, errlen, -EINVAL, "%s: head_dim %d must be even (RoPE rotates pairs)",
                     path, hp->head_dim);
     if (hp->n_heads % hp->n_kv_heads != 0)
-        return fail(err, errlen, -EINVAL,
+        return eng__fail(err, errlen, -EINVAL,
                     "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
                     path, hp->n_heads, hp->n_kv_heads);
     if ((rc = get_real(cfg, path, "rms_norm_eps", 1e-12, 1e-1, 1e-6, &hp->rms_norm_eps, err,
@@ -143,7 +130,7 @@ static int read_hparams(json_t *cfg, const char *path, struct eng_hparams *hp, c
         return rc;
     json_t *tie = json_object_get(cfg, "tie_word_embeddings");
     if (tie && !json_is_boolean(tie) && !json_is_null(tie))
-        return fail(err, errlen, -EINVAL, "%s: field 'tie_word_embeddings' must be a boolean",
+        return eng__fail(err, errlen, -EINVAL, "%s: field 'tie_word_embeddings' must be a boolean",
                     path);
     hp->tie_embeddings = json_is_true(tie);
     return 0;
@@ -165,15 +152,15 @@ static int find_weights(const char *dir, struct eng_pack_info *info, char *err, 
         if (sz == -ENOENT)
             continue;
         if (sz < 0)
-            return fail(err, errlen, (int)sz, "%s/%s: %s", dir, candidates[i].name,
+            return eng__fail(err, errlen, (int)sz, "%s/%s: %s", dir, candidates[i].name,
                         strerror((int)-sz));
         if (sz == 0)
-            return fail(err, errlen, -EINVAL, "%s/%s: file is empty", dir, candidates[i].name);
+            return eng__fail(err, errlen, -EINVAL, "%s/%s: file is empty", dir, candidates[i].name);
         info->format = candidates[i].format;
         info->weights_bytes = sz;
         return 0;
     }
-    return fail(err, errlen, -ENOENT,
+    return eng__fail(err, errlen, -ENOENT,
                 "%s: no weights (expected model.q4nx, model.safetensors or "
                 "model.safetensors.index.json)",
                 dir);
@@ -189,38 +176,38 @@ int eng_pack_open(const char *dir, eng_pack **out, char *err, size_t errlen)
     *out = NULL;
     struct stat st;
     if (stat(dir, &st) != 0)
-        return fail(err, errlen, -errno, "%s: %s", dir, strerror(errno));
+        return eng__fail(err, errlen, -errno, "%s: %s", dir, strerror(errno));
     if (!S_ISDIR(st.st_mode))
-        return fail(err, errlen, -ENOTDIR, "%s: not a directory (a pack is a directory)", dir);
+        return eng__fail(err, errlen, -ENOTDIR, "%s: not a directory (a pack is a directory)", dir);
 
     if ((size_t)snprintf(path, sizeof path, "%s/config.json", dir) >= sizeof path)
-        return fail(err, errlen, -ENAMETOOLONG, "%s: path too long", dir);
+        return eng__fail(err, errlen, -ENAMETOOLONG, "%s: path too long", dir);
     json_error_t jerr;
     cfg = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
     if (!cfg) {
         if (access(path, R_OK) != 0)
-            return fail(err, errlen, -errno, "%s: %s", path, strerror(errno));
-        return fail(err, errlen, -EINVAL, "%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
+            return eng__fail(err, errlen, -errno, "%s: %s", path, strerror(errno));
+        return eng__fail(err, errlen, -EINVAL, "%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
     }
     if (!json_is_object(cfg)) {
-        rc = fail(err, errlen, -EINVAL, "%s: top level must be a JSON object", path);
+        rc = eng__fail(err, errlen, -EINVAL, "%s: top level must be a JSON object", path);
         goto out;
     }
 
     p = calloc(1, sizeof *p);
     if (!p) {
-        rc = fail(err, errlen, -ENOMEM, "out of memory");
+        rc = eng__fail(err, errlen, -ENOMEM, "out of memory");
         goto out;
     }
     json_t *mt = json_object_get(cfg, "model_type");
     if (!json_is_string(mt)) {
-        rc = fail(err, errlen, -EINVAL, "%s: missing string field 'model_type'", path);
+        rc = eng__fail(err, errlen, -EINVAL, "%s: missing string field 'model_type'", path);
         goto out;
     }
     p->model_type = strdup(json_string_value(mt));
     p->dir = strdup(dir);
     if (!p->model_type || !p->dir) {
-        rc = fail(err, errlen, -ENOMEM, "out of memory");
+        rc = eng__fail(err, errlen, -ENOMEM, "out of memory");
         goto out;
     }
     if ((rc = read_hparams(cfg, path, &p->info.hp, err, errlen)))
@@ -229,7 +216,7 @@ int eng_pack_open(const char *dir, eng_pack **out, char *err, size_t errlen)
         goto out;
     int64_t tok = file_size(dir, "tokenizer.json");
     if (tok <= 0) {
-        rc = fail(err, errlen, tok < 0 ? (int)tok : -EINVAL, "%s/tokenizer.json: %s", dir,
+        rc = eng__fail(err, errlen, tok < 0 ? (int)tok : -EINVAL, "%s/tokenizer.json: %s", dir,
                   tok < 0 ? strerror((int)-tok) : "file is empty");
         goto out;
     }

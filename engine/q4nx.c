@@ -1,6 +1,7 @@
 /* Q4_1 chunk reading, deliberately scalar and index-by-index: every accessor is
  * the §3.9 formula written out once, so a reader can check it against the doc.
  */
+#include "engine/err.h"
 #include "engine/q4nx.h"
 
 #include <assert.h>
@@ -10,20 +11,6 @@
 #include <string.h>
 
 #include "engine/bf16.h"
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 /* Chunks W[rows, cols] needs, or -1 if the shape cannot be stored. */
 static int64_t chunks_needed(int64_t rows, int64_t cols)
@@ -55,7 +42,7 @@ int eng_q4nx_from_st(struct eng_q4nx *q, const eng_st *st, const char *name, int
 {
     int64_t need = chunks_needed(rows, cols);
     if (need < 0)
-        return fail(err, errlen, -EINVAL,
+        return eng__fail(err, errlen, -EINVAL,
                     "%s: tensor '%s': W[%lld, %lld] cannot be stored as Q4_1 chunks (rows "
                     "must be a positive multiple of 32, cols positive)",
                     eng_st_path(st), name, (long long)rows, (long long)cols);

@@ -5,6 +5,7 @@
  * check every field of every tensor, then sort and check overlaps. Only a handle
  * that passed everything is returned; any failure unwinds through one cleanup path.
  */
+#include "engine/err.h"
 #include "engine/safetensors.h"
 
 #include <errno.h>
@@ -43,20 +44,6 @@ static const struct {
     [ENG_ST_F32] = { "F32", 4 },   [ENG_ST_I64] = { "I64", 8 }, [ENG_ST_U64] = { "U64", 8 },
     [ENG_ST_F64] = { "F64", 8 },
 };
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 /* A tensor name as it may appear in a one-line message: control characters (a
  * JSON key may hold "\n") become '?', and very long names are cut. */
@@ -121,15 +108,15 @@ static int parse_tensor(const char *path, const char *name, json_t *v, uint64_t 
     char nb[96];
     const char *pn = printable(name, nb, sizeof nb);
     if (!json_is_object(v))
-        return fail(err, errlen, -EINVAL, "%s: tensor '%s': expected an object", path, pn);
+        return eng__fail(err, errlen, -EINVAL, "%s: tensor '%s': expected an object", path, pn);
 
     json_t *jd = json_object_get(v, "dtype");
     if (!json_is_string(jd))
-        return fail(err, errlen, -EINVAL, "%s: tensor '%s': missing \"dtype\" string", path, pn);
+        return eng__fail(err, errlen, -EINVAL, "%s: tensor '%s': missing \"dtype\" string", path, pn);
     int dt = eng_st_dtype_parse(json_string_value(jd));
     if (dt < 0) {
         char db[32];
-        return fail(err, errlen, -EINVAL,
+        return eng__fail(err, errlen, -EINVAL,
                     "%s: tensor '%s': unsupported dtype '%s' (expected one of BOOL, U8, I8, "
                     "I16, U16, F16, BF16, I32, U32, F32, I64, U64, F64)",
                     path, pn, printable(json_string_value(jd), db, sizeof db));
@@ -138,45 +125,45 @@ static int parse_tensor(const char *path, const char *name, json_t *v, uint64_t 
 
     json_t *js = json_object_get(v, "shape");
     if (!json_is_array(js))
-        return fail(err, errlen, -EINVAL, "%s: tensor '%s': missing \"shape\" array", path, pn);
+        return eng__fail(err, errlen, -EINVAL, "%s: tensor '%s': missing \"shape\" array", path, pn);
     if (json_array_size(js) > ENG_ST_MAX_DIMS)
-        return fail(err, errlen, -EINVAL, "%s: tensor '%s': %zu dimensions, at most %d supported",
+        return eng__fail(err, errlen, -EINVAL, "%s: tensor '%s': %zu dimensions, at most %d supported",
                     path, pn, json_array_size(js), ENG_ST_MAX_DIMS);
     t->n_dims = (int)json_array_size(js);
     int64_t numel = 1;
     for (int i = 0; i < t->n_dims; i++) {
         int64_t d = json_uint(json_array_get(js, (size_t)i));
         if (d < 0)
-            return fail(err, errlen, -EINVAL,
+            return eng__fail(err, errlen, -EINVAL,
                         "%s: tensor '%s': shape[%d] is not a non-negative integer", path, pn, i);
         t->shape[i] = d;
         if (__builtin_mul_overflow(numel, d, &numel))
-            return fail(err, errlen, -EINVAL, "%s: tensor '%s': shape product overflows", path,
+            return eng__fail(err, errlen, -EINVAL, "%s: tensor '%s': shape product overflows", path,
                         pn);
     }
     t->numel = numel;
     uint64_t nbytes;
     if (__builtin_mul_overflow((uint64_t)numel, (uint64_t)dtypes[dt].size, &nbytes))
-        return fail(err, errlen, -EINVAL, "%s: tensor '%s': byte size overflows", path, pn);
+        return eng__fail(err, errlen, -EINVAL, "%s: tensor '%s': byte size overflows", path, pn);
     t->nbytes = nbytes;
 
     json_t *jo = json_object_get(v, "data_offsets");
     if (!json_is_array(jo) || json_array_size(jo) != 2)
-        return fail(err, errlen, -EINVAL,
+        return eng__fail(err, errlen, -EINVAL,
                     "%s: tensor '%s': expected \"data_offsets\": [begin, end]", path, pn);
     int64_t begin = json_uint(json_array_get(jo, 0));
     int64_t end = json_uint(json_array_get(jo, 1));
     if (begin < 0 || end < 0)
-        return fail(err, errlen, -EINVAL,
+        return eng__fail(err, errlen, -EINVAL,
                     "%s: tensor '%s': data_offsets must be non-negative integers", path, pn);
     if (begin > end || (uint64_t)end > data_size)
-        return fail(err, errlen, -EINVAL,
+        return eng__fail(err, errlen, -EINVAL,
                     "%s: tensor '%s': data_offsets [%lld, %lld] outside the data region of "
                     "%llu bytes",
                     path, pn, (long long)begin, (long long)end, (unsigned long long)data_size);
     if ((uint64_t)(end - begin) != nbytes) {
         char sb[160];
-        return fail(err, errlen, -EINVAL,
+        return eng__fail(err, errlen, -EINVAL,
                     "%s: tensor '%s': data_offsets span %lld bytes, expected %llu for %s %s", path,
                     pn, (long long)(end - begin), (unsigned long long)nbytes, dtypes[dt].name,
                     eng_st_shape_str(t, sb, sizeof sb));
@@ -188,16 +175,16 @@ static int parse_tensor(const char *path, const char *name, json_t *v, uint64_t 
 static int parse_metadata(const char *path, json_t *v, eng_st *st, char *err, size_t errlen)
 {
     if (!json_is_object(v))
-        return fail(err, errlen, -EINVAL, "%s: __metadata__ is not an object", path);
+        return eng__fail(err, errlen, -EINVAL, "%s: __metadata__ is not an object", path);
     st->meta = calloc(json_object_size(v) + 1, sizeof *st->meta);
     if (!st->meta)
-        return fail(err, errlen, -ENOMEM, "%s: out of memory", path);
+        return eng__fail(err, errlen, -ENOMEM, "%s: out of memory", path);
     const char *key;
     json_t *val;
     json_object_foreach(v, key, val) {
         char kb[96];
         if (!json_is_string(val))
-            return fail(err, errlen, -EINVAL, "%s: __metadata__ '%s' is not a string", path,
+            return eng__fail(err, errlen, -EINVAL, "%s: __metadata__ '%s' is not a string", path,
                         printable(key, kb, sizeof kb));
         struct st_meta *m = &st->meta[st->n_meta];
         m->key = strdup(key);
@@ -205,7 +192,7 @@ static int parse_metadata(const char *path, json_t *v, eng_st *st, char *err, si
         if (m->key || m->value)
             st->n_meta++;   /* so eng_st_free() frees whichever strdup succeeded */
         if (!m->key || !m->value)
-            return fail(err, errlen, -ENOMEM, "%s: out of memory", path);
+            return eng__fail(err, errlen, -ENOMEM, "%s: out of memory", path);
     }
     return 0;
 }
@@ -231,7 +218,7 @@ static int check_overlaps(const eng_st *st, char *err, size_t errlen)
     int rc = 0;
     const struct eng_st_tensor **by_off = malloc((st->count + 1) * sizeof *by_off);
     if (!by_off)
-        return fail(err, errlen, -ENOMEM, "%s: out of memory", st->path);
+        return eng__fail(err, errlen, -ENOMEM, "%s: out of memory", st->path);
     for (size_t i = 0; i < st->count; i++)
         by_off[i] = &st->tensors[i];
     qsort(by_off, st->count, sizeof *by_off, cmp_offset);
@@ -242,7 +229,7 @@ static int check_overlaps(const eng_st *st, char *err, size_t errlen)
             continue;
         if (prev && prev->offset + prev->nbytes > t->offset) {
             char a[96], b[96];
-            rc = fail(err, errlen, -EINVAL,
+            rc = eng__fail(err, errlen, -EINVAL,
                       "%s: tensor '%s' (bytes %llu..%llu) overlaps tensor '%s' (bytes %llu..%llu)",
                       st->path, printable(t->name, a, sizeof a), (unsigned long long)t->offset,
                       (unsigned long long)(t->offset + t->nbytes),
@@ -264,11 +251,11 @@ static int parse_header(eng_st *st, char *err, size_t errlen)
     for (int i = 7; i >= 0; i--)
         n = n << 8 | st->map[i];
     if (n > ENG_ST_MAX_HEADER)
-        return fail(err, errlen, -EINVAL,
+        return eng__fail(err, errlen, -EINVAL,
                     "%s: header length %llu is absurd (at most %u bytes expected)", path,
                     (unsigned long long)n, ENG_ST_MAX_HEADER);
     if (n > st->size - 8)
-        return fail(err, errlen, -EINVAL,
+        return eng__fail(err, errlen, -EINVAL,
                     "%s: header length %llu runs past the end of the file (%llu bytes): "
                     "truncated or not a safetensors file",
                     path, (unsigned long long)n, (unsigned long long)st->size);
@@ -280,18 +267,18 @@ static int parse_header(eng_st *st, char *err, size_t errlen)
         /* jansson quotes the offending input ("near '...'"), which may hold a
          * newline: keep the message one line. */
         char tb[sizeof jerr.text];
-        return fail(err, errlen, -EINVAL, "%s: header is not valid JSON: %s (at byte %d)", path,
+        return eng__fail(err, errlen, -EINVAL, "%s: header is not valid JSON: %s (at byte %d)", path,
                     printable(jerr.text, tb, sizeof tb), jerr.position);
     }
     int rc = 0;
     if (!json_is_object(root)) {
-        rc = fail(err, errlen, -EINVAL, "%s: header is not a JSON object", path);
+        rc = eng__fail(err, errlen, -EINVAL, "%s: header is not a JSON object", path);
         goto out;
     }
     size_t cap = json_object_size(root);
     st->tensors = calloc(cap + 1, sizeof *st->tensors);
     if (!st->tensors) {
-        rc = fail(err, errlen, -ENOMEM, "%s: out of memory", path);
+        rc = eng__fail(err, errlen, -ENOMEM, "%s: out of memory", path);
         goto out;
     }
     const char *key;
@@ -306,7 +293,7 @@ static int parse_header(eng_st *st, char *err, size_t errlen)
         if ((rc = parse_tensor(path, key, v, data_size, t, err, errlen)) < 0)
             goto out;
         if (!(t->name = strdup(key))) {
-            rc = fail(err, errlen, -ENOMEM, "%s: out of memory", path);
+            rc = eng__fail(err, errlen, -ENOMEM, "%s: out of memory", path);
             goto out;
         }
         t->data = st->map + 8 + n + t->offset;
@@ -325,27 +312,27 @@ int eng_st_open(const char *path, eng_st **out, char *err, size_t errlen)
     *out = NULL;
     eng_st *st = calloc(1, sizeof *st);
     if (!st || !(st->path = strdup(path))) {
-        rc = fail(err, errlen, -ENOMEM, "%s: out of memory", path);
+        rc = eng__fail(err, errlen, -ENOMEM, "%s: out of memory", path);
         goto err;
     }
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         rc = -errno;
-        fail(err, errlen, rc, "%s: cannot open: %s", path, strerror(-rc));
+        eng__fail(err, errlen, rc, "%s: cannot open: %s", path, strerror(-rc));
         goto err;
     }
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         rc = -errno;
-        fail(err, errlen, rc, "%s: cannot stat: %s", path, strerror(-rc));
+        eng__fail(err, errlen, rc, "%s: cannot stat: %s", path, strerror(-rc));
         goto err;
     }
     if (!S_ISREG(sb.st_mode)) {
-        rc = fail(err, errlen, -EINVAL, "%s: not a regular file", path);
+        rc = eng__fail(err, errlen, -EINVAL, "%s: not a regular file", path);
         goto err;
     }
     if (sb.st_size < 8) {
-        rc = fail(err, errlen, -EINVAL,
+        rc = eng__fail(err, errlen, -EINVAL,
                   "%s: file is %lld bytes, too short for the 8-byte header length", path,
                   (long long)sb.st_size);
         goto err;
@@ -354,7 +341,7 @@ int eng_st_open(const char *path, eng_st **out, char *err, size_t errlen)
     void *m = mmap(NULL, (size_t)st->size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (m == MAP_FAILED) {
         rc = -errno;
-        fail(err, errlen, rc, "%s: cannot map %llu bytes: %s", path,
+        eng__fail(err, errlen, rc, "%s: cannot map %llu bytes: %s", path,
              (unsigned long long)st->size, strerror(-rc));
         goto err;
     }
@@ -421,7 +408,7 @@ int eng_st_get(const eng_st *st, const char *name, enum eng_st_dtype dtype, int 
     *out = NULL;
     const struct eng_st_tensor *t = eng_st_find(st, name);
     if (!t)
-        return fail(err, errlen, -ENOENT, "%s: tensor '%s' not found", st->path,
+        return eng__fail(err, errlen, -ENOENT, "%s: tensor '%s' not found", st->path,
                     printable(name, nb, sizeof nb));
     int ok = t->dtype == dtype && t->n_dims == n_dims;
     for (int i = 0; ok && i < n_dims; i++)
@@ -431,7 +418,7 @@ int eng_st_get(const eng_st *st, const char *name, enum eng_st_dtype dtype, int 
         for (int i = 0; i < n_dims && i < ENG_ST_MAX_DIMS; i++)
             want.shape[i] = shape[i];
         char wb[160], gb[160];
-        return fail(err, errlen, -EINVAL, "%s: tensor '%s': expected %s %s, got %s %s", st->path,
+        return eng__fail(err, errlen, -EINVAL, "%s: tensor '%s': expected %s %s, got %s %s", st->path,
                     printable(name, nb, sizeof nb), eng_st_dtype_name(dtype),
                     eng_st_shape_str(&want, wb, sizeof wb), eng_st_dtype_name(t->dtype),
                     eng_st_shape_str(t, gb, sizeof gb));
