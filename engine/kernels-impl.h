@@ -32,6 +32,19 @@ typedef void (*kern_bf16_fn)(const uint16_t *w, int in, int row_begin, int row_e
                              const float *x, float *y);
 typedef void (*kern_q4_1_q8_fn)(const uint8_t *chunks, int in, int row_begin, int row_end,
                                 const struct eng_q8x *xq, float *y);
+typedef void (*kern_q8x_batch_fn)(const struct eng_q8x *xq, const float *x, int ldx, int in,
+                                  int n_tok);
+typedef void (*kern_q4_1_q8_mm_fn)(const uint8_t *chunks, int in, int row_begin, int row_end,
+                                   const struct eng_q8x *xq, int n_tok, float *y, int ldy);
+
+/* Token t's quantized activation row inside a batch (eng_q8x_quantize_batch). */
+static inline struct eng_q8x kern_q8x_row(const struct eng_q8x *xq, int in, int t)
+{
+    size_t cols = (size_t)eng_q8x_cols(in);
+    struct eng_q8x r = { xq->q + (size_t)t * cols, xq->d + (size_t)t * (cols / ENG_Q4_1_GROUP),
+                         xq->sum + (size_t)t * (cols / ENG_Q4_1_GROUP) };
+    return r;
+}
 
 void eng__matvec_q4_1_scalar(const uint8_t *chunks, int in, int row_begin, int row_end,
                              const float *x, float *y);
@@ -39,6 +52,10 @@ void eng__matvec_bf16_scalar(const uint16_t *w, int in, int row_begin, int row_e
                              const float *x, float *y);
 void eng__matvec_q4_1_q8_scalar(const uint8_t *chunks, int in, int row_begin, int row_end,
                                 const struct eng_q8x *xq, float *y);
+void eng__q8x_quantize_batch_scalar(const struct eng_q8x *xq, const float *x, int ldx, int in,
+                                    int n_tok);
+void eng__matmul_q4_1_q8_scalar(const uint8_t *chunks, int in, int row_begin, int row_end,
+                                const struct eng_q8x *xq, int n_tok, float *y, int ldy);
 
 void eng__matvec_q4_1_avx2(const uint8_t *chunks, int in, int row_begin, int row_end,
                            const float *x, float *y);
@@ -51,5 +68,10 @@ void eng__matvec_bf16_avx512(const uint16_t *w, int in, int row_begin, int row_e
                              const float *x, float *y);
 void eng__matvec_q4_1_q8_vnni(const uint8_t *chunks, int in, int row_begin, int row_end,
                               const struct eng_q8x *xq, float *y);
+/* kernels-gemm-avx512.c (the quantizer needs only AVX-512 F/BW/VL) */
+void eng__q8x_quantize_batch_avx512(const struct eng_q8x *xq, const float *x, int ldx, int in,
+                                    int n_tok);
+void eng__matmul_q4_1_q8_vnni(const uint8_t *chunks, int in, int row_begin, int row_end,
+                              const struct eng_q8x *xq, int n_tok, float *y, int ldy);
 
 #endif

@@ -8,27 +8,37 @@ struct kern_table {
     kern_q4_1_fn q4_1;
     kern_bf16_fn bf16;
     kern_q4_1_q8_fn q4_1_q8;
+    kern_q4_1_q8_mm_fn q4_1_q8_mm;
+    kern_q8x_batch_fn q8x_batch;
 };
 
 static const struct kern_table table_scalar = {
     .q4_1 = eng__matvec_q4_1_scalar,
     .bf16 = eng__matvec_bf16_scalar,
     .q4_1_q8 = eng__matvec_q4_1_q8_scalar,
+    .q4_1_q8_mm = eng__matmul_q4_1_q8_scalar,
+    .q8x_batch = eng__q8x_quantize_batch_scalar,
 };
 static const struct kern_table table_avx2 = {
     .q4_1 = eng__matvec_q4_1_avx2,
     .bf16 = eng__matvec_bf16_avx2,
     .q4_1_q8 = eng__matvec_q4_1_q8_scalar, /* no AVX2 int8 kernel yet */
+    .q4_1_q8_mm = eng__matmul_q4_1_q8_scalar,
+    .q8x_batch = eng__q8x_quantize_batch_scalar,
 };
 static const struct kern_table table_avx512 = {
     .q4_1 = eng__matvec_q4_1_avx512,
     .bf16 = eng__matvec_bf16_avx512,
     .q4_1_q8 = eng__matvec_q4_1_q8_scalar, /* replaced by VNNI when present */
+    .q4_1_q8_mm = eng__matmul_q4_1_q8_scalar,
+    .q8x_batch = eng__q8x_quantize_batch_avx512,
 };
 static const struct kern_table table_avx512_vnni = {
     .q4_1 = eng__matvec_q4_1_avx512,
     .bf16 = eng__matvec_bf16_avx512,
     .q4_1_q8 = eng__matvec_q4_1_q8_vnni,
+    .q4_1_q8_mm = eng__matmul_q4_1_q8_vnni,
+    .q8x_batch = eng__q8x_quantize_batch_avx512,
 };
 
 /* NULL until first use; a race there only makes two threads store the same
@@ -142,4 +152,16 @@ void eng_matvec_q4_1_q8_rows(const uint8_t *chunks, int in, int row_begin, int r
                              const struct eng_q8x *xq, float *y)
 {
     kern_get()->q4_1_q8(chunks, in, row_begin, row_end, xq, y);
+}
+
+void eng_matmul_q4_1_q8_rows(const uint8_t *chunks, int in, int row_begin, int row_end,
+                             const struct eng_q8x *xq, int n_tok, float *y, int ldy)
+{
+    kern_get()->q4_1_q8_mm(chunks, in, row_begin, row_end, xq, n_tok, y, ldy);
+}
+
+void eng_q8x_quantize_batch(const struct eng_q8x *xq, const float *x, int ldx, int in,
+                            int n_tok)
+{
+    kern_get()->q8x_batch(xq, x, ldx, in, n_tok);
 }

@@ -92,6 +92,22 @@ void eng_q8x_quantize(const struct eng_q8x *xq, const float *x, int in);
 void eng_matvec_q4_1_q8_rows(const uint8_t *chunks, int in, int row_begin, int row_end,
                              const struct eng_q8x *xq, float *y);
 
+/* ---- Q4_1 x int8 activations, a batch of tokens (prefill) ------------------ */
+
+/* n_tok activation rows quantized as above, row t at q + t*cols, d + t*cols/32,
+ * sum + t*cols/32 with cols = eng_q8x_cols(in). */
+void eng_q8x_quantize_batch(const struct eng_q8x *xq, const float *x, int ldx, int in,
+                            int n_tok);
+
+/* Y[t][row] = W[row, :] . x_t for t < n_tok and rows [row_begin, row_end)
+ * (multiples of 32); Y row t at y + t*ldy, indexed by absolute row. The same
+ * integer arithmetic as eng_matvec_q4_1_q8_rows per token (so the same answer up
+ * to float summation order), but each weight chunk is unpacked once and used for
+ * a block of tokens: compute-bound instead of bandwidth-bound. AVX-512 VNNI when
+ * present and the ISA is ENG_ISA_AVX512, scalar otherwise. */
+void eng_matmul_q4_1_q8_rows(const uint8_t *chunks, int in, int row_begin, int row_end,
+                             const struct eng_q8x *xq, int n_tok, float *y, int ldy);
+
 /* ---- per-token kernels ----------------------------------------------------- */
 
 /* o[i] = w[i] * x[i] / sqrt(mean(x^2) + eps); w is BF16 as stored in the pack.

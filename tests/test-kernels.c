@@ -8,7 +8,11 @@
  * expected rounding noise and far below any indexing mistake, which moves y by
  * a whole |w*x| term). Int8 path: against the scalar int8 reference the same
  * 1e-5 bound (the integer sums are exact, only the float combine differs); against
- * the exact float product the quantization bound sum_c |w_rc| * d_x[g]/2. */
+ * the exact float product the quantization bound sum_c |w_rc| * d_x[g]/2.
+ * Prefill matmul (int8 x, a batch of tokens): the VNNI kernel against the scalar
+ * one with the same 1e-5 bound per (token, row); the scalar matmul against the
+ * scalar matvec token by token, and the batch quantizer against eng_q8x_quantize
+ * row by row, bit for bit. */
 #include "engine/kernels.h"
 #include "tests/check.h"
 
@@ -225,6 +229,264 @@ MCD_TEST(kernels, q4_1_q8_shapes)
     check_q4_1_q8(32, 100);
     check_q4_1_q8(96, 513);
     check_q4_1_q8(32, 7);
+}
+
+/* ---- Q4_1 with int8 x, a batch of tokens (prefill matmul) -------------------- */
+
+struct q8_batch {
+    struct eng_q8x xq;
+    int cols;
+};
+
+static struct q8_batch q8_batch_new(int in, int n_tok)
+{
+    struct q8_batch b = { .cols = eng_q8x_cols(in) };
+    size_t n = (size_t)n_tok > 0 ? (size_t)n_tok : 1;
+    b.xq.q = malloc(n * b.cols);
+    b.xq.d = malloc(n * b.cols / 32 * sizeof(float));
+    b.xq.sum = malloc(n * b.cols / 32 * sizeof(float));
+    cr_assert(b.xq.q && b.xq.d && b.xq.sum);
+    return b;
+}
+
+static void q8_batch_free(struct q8_batch *b) { free(b->xq.q), free(b->xq.d), free(b->xq.sum); }
+
+static struct eng_q8x q8_batch_row(const struct q8_batch *b, int t)
+{
+    struct eng_q8x r = { b->xq.q + (size_t)t * b->cols, b->xq.d + (size_t)t * b->cols / 32,
+                         b->xq.sum + (size_t)t * b->cols / 32 };
+    return r;
+}
+
+#define CANARY (-12345.0f)
+
+/* Rows [rb, re) of Y (n_tok x ldy) hold want's values (within tol[t*out + r] when
+ * tol, else bit-exact); every other element of y still holds the canary. */
+static void check_rows(const char *what, const float *y, const float *want, const float *tol, int out,
+                       int in, int n_tok, int ldy, int rb, int re)
+{
+    for (int t = 0; t < n_tok; t++)
+        for (int r = 0; r < ldy; r++) {
+            float v = y[(size_t)t * ldy + r];
+            if (r < rb || r >= re) {
+                cr_assert_eq(v, CANARY, "%s %dx%d n_tok %d: token %d row %d outside [%d,%d) written", what,
+                             out, in, n_tok, t, r, rb, re);
+                continue;
+            }
+            float w = want[(size_t)t * ldy + r];
+            if (tol)
+                cr_assert(fabsf(v - w) <= tol[(size_t)t * out + r], "%s %dx%d n_tok %d: token %d row %d: %g vs %g",
+                          what, out, in, n_tok, t, r, v, w);
+            else
+                cr_assert(memcmp(&v, &w, sizeof v) == 0, "%s %dx%d n_tok %d: token %d row %d: %g vs %g", what,
+                          out, in, n_tok, t, r, v, w);
+        }
+}
+
+static void fill_canary(float *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = CANARY;
+}
+
+/* The matmul of n_tok tokens on W[out, in]: (c) quantize_batch row t is
+ * eng_q8x_quantize of row t, bit for bit; (b) the scalar matmul's token t is the
+ * scalar matvec of row t (bit for bit: the reference matmul is defined as that);
+ * (a) VNNI against scalar within 1e-5 * sum_c |w_rc x_tc|; (d) a row sub-range
+ * writes only its rows (and never the ldy padding past out). */
+static void check_matmul(int out, int in, int n_tok)
+{
+    rng_state = (uint64_t)out * 15485863 + (uint64_t)in * 7 + (uint64_t)n_tok;
+    uint8_t *ch = random_chunks(out, in);
+    int ldx = in + 3, ldy = out + 5; /* strides wider than a row */
+    size_t ny = (size_t)n_tok * ldy;
+    float *x = malloc((size_t)n_tok * ldx * sizeof *x);
+    float *ref = malloc(ny * sizeof *ref), *y = malloc(ny * sizeof *y), *yv = malloc(ny * sizeof *yv);
+    cr_assert(x && ref && y && yv);
+    for (size_t i = 0; i < (size_t)n_tok * ldx; i++)
+        x[i] = rndf(-2.0f, 2.0f);
+    /* A token of all zeros (d = 0) and one with a single huge value. */
+    if (n_tok >= 3) {
+        memset(x + ldx, 0, (size_t)in * sizeof *x);
+        x[2 * ldx + in / 2] = 1000.0f;
+    }
+
+    struct q8_batch b = q8_batch_new(in, n_tok), one = q8_batch_new(in, 1);
+    eng_q8x_quantize_batch(&b.xq, x, ldx, in, n_tok);
+    for (int t = 0; t < n_tok; t++) {
+        struct eng_q8x r = q8_batch_row(&b, t);
+        eng_q8x_quantize(&one.xq, x + (size_t)t * ldx, in);
+        cr_assert(memcmp(r.q, one.xq.q, (size_t)b.cols) == 0, "quantize_batch %d token %d: q", in, t);
+        cr_assert(memcmp(r.d, one.xq.d, (size_t)b.cols / 32 * sizeof(float)) == 0, "token %d: d", t);
+        cr_assert(memcmp(r.sum, one.xq.sum, (size_t)b.cols / 32 * sizeof(float)) == 0, "token %d: sum", t);
+    }
+
+    /* The scalar matmul, and token by token the scalar matvec. */
+    cr_assert_eq(eng_kernels_set_isa(ENG_ISA_SCALAR), 0);
+    fill_canary(ref, ny);
+    eng_matmul_q4_1_q8_rows(ch, in, 0, out, &b.xq, n_tok, ref, ldy);
+    fill_canary(y, ny);
+    for (int t = 0; t < n_tok; t++) {
+        struct eng_q8x r = q8_batch_row(&b, t);
+        eng_matvec_q4_1_q8_rows(ch, in, 0, out, &r, y + (size_t)t * ldy);
+    }
+    check_rows("scalar matmul vs matvec", ref, y, NULL, out, in, n_tok, ldy, 0, out);
+
+    /* tol[t][r] = 1e-5 * sum_c |w_rc x_tc| */
+    float *w = malloc((size_t)out * in * sizeof *w), *tol = malloc((size_t)n_tok * out * sizeof *tol);
+    cr_assert(w && tol);
+    for (int r = 0; r < out; r++)
+        for (int c = 0; c < in; c++)
+            w[(size_t)r * in + c] = fabsf(q4_1_weight(ch, in, r, c));
+    for (int t = 0; t < n_tok; t++)
+        for (int r = 0; r < out; r++) {
+            const float *xt = x + (size_t)t * ldx, *wr = w + (size_t)r * in;
+            double s = 0;
+            for (int c = 0; c < in; c++)
+                s += wr[c] * fabsf(xt[c]);
+            tol[(size_t)t * out + r] = (float)(1e-5 * s);
+        }
+
+    /* A sub-range on the scalar path too: the canary contract is the API's. */
+    if (out >= 64) {
+        int rb = 32, re = out >= 128 ? 96 : out;
+        fill_canary(y, ny);
+        eng_matmul_q4_1_q8_rows(ch, in, rb, re, &b.xq, n_tok, y, ldy);
+        check_rows("scalar sub-range", y, ref, NULL, out, in, n_tok, ldy, rb, re);
+    }
+
+    if (eng_kernels_set_isa(ENG_ISA_AVX512) == 0 && eng_isa_has_vnni()) {
+        fill_canary(yv, ny);
+        eng_matmul_q4_1_q8_rows(ch, in, 0, out, &b.xq, n_tok, yv, ldy);
+        check_rows("vnni matmul", yv, ref, tol, out, in, n_tok, ldy, 0, out);
+        int ranges[][2] = { { 0, 32 }, { out - 32, out }, { 32, out >= 96 ? out - 32 : out } };
+        for (int i = 0; i < 3; i++) {
+            if (ranges[i][0] >= ranges[i][1])
+                continue;
+            fill_canary(yv, ny);
+            eng_matmul_q4_1_q8_rows(ch, in, ranges[i][0], ranges[i][1], &b.xq, n_tok, yv, ldy);
+            check_rows("vnni sub-range", yv, ref, tol, out, in, n_tok, ldy, ranges[i][0], ranges[i][1]);
+        }
+    } else {
+        cr_log_warn("skipping the VNNI matmul: CPU lacks AVX-512 VNNI");
+    }
+    q8_batch_free(&b), q8_batch_free(&one);
+    free(ch), free(x), free(ref), free(y), free(yv), free(w), free(tol);
+}
+
+/* (c) on awkward x: quantize_batch (each ISA's) row t is eng_q8x_quantize of row
+ * t bit for bit: q and d always, the sum too unless it is NaN (then only NaN:
+ * which NaN an addition of two NaNs returns is the compiler's choice). Rows mix
+ * plain values, exact .5 steps (ties to even), zeros, denormals, infinities,
+ * quiet NaNs and values near FLT_MAX. */
+static float awkward_x(int mode)
+{
+    uint32_t u = rnd();
+    float v;
+    switch (mode) {
+    case 0: return rndf(-3.0f, 3.0f);
+    case 1: return (u % 8 == 0) ? 127.0f : (float)((int)(u % 253) - 126) * 0.5f; /* d = 1: ties */
+    case 2: return (u & 1) ? 0.0f : -0.0f;
+    case 3: return (float)((int)(u % 2001) - 1000) * 1e-41f; /* denormals */
+    case 4: return (u % 5 == 0) ? ((u & 8) ? INFINITY : -INFINITY) : rndf(-1.0f, 1.0f);
+    case 5: return (u % 7 == 0) ? NAN : rndf(-1.0f, 1.0f);
+    case 6: return (u % 3 == 0) ? 3.4e38f : rndf(-1e38f, 1e38f);
+    default:
+        u = rnd() | (rnd() << 16); /* any bits, signalling NaNs made quiet */
+        if ((u & 0x7F800000u) == 0x7F800000u)
+            u |= 0x00400000u;
+        memcpy(&v, &u, sizeof v);
+        return v;
+    }
+}
+
+MCD_TEST(kernels, q8x_quantize_batch_exact)
+{
+    static const int ins[] = { 1, 7, 31, 32, 33, 100, 255, 256, 300, 513, 2048, 6144 };
+    static const enum eng_isa isas[] = { ENG_ISA_SCALAR, ENG_ISA_AVX512 };
+    enum { NTOK = 9 }; /* one row per mode and one mixing all of them */
+    rng_state = 77;
+    for (size_t k = 0; k < sizeof ins / sizeof *ins; k++) {
+        int in = ins[k], ldx = in + 1;
+        float *x = malloc((size_t)NTOK * ldx * sizeof *x);
+        cr_assert(x);
+        for (int t = 0; t < NTOK; t++)
+            for (int c = 0; c < ldx; c++)
+                x[(size_t)t * ldx + c] = awkward_x(t < 8 ? t : (int)(rnd() % 8));
+        struct q8_batch b = q8_batch_new(in, NTOK), one = q8_batch_new(in, 1);
+        for (size_t i = 0; i < sizeof isas / sizeof *isas; i++) {
+            if (eng_kernels_set_isa(isas[i]) != 0)
+                continue;
+            memset(b.xq.q, 0x5A, (size_t)NTOK * b.cols);
+            eng_q8x_quantize_batch(&b.xq, x, ldx, in, NTOK);
+            for (int t = 0; t < NTOK; t++) {
+                struct eng_q8x r = q8_batch_row(&b, t);
+                eng_q8x_quantize(&one.xq, x + (size_t)t * ldx, in);
+                for (int c = 0; c < b.cols; c++)
+                    cr_assert_eq(r.q[c], one.xq.q[c], "%s in %d token %d col %d: q %d vs %d (x %g)",
+                                 eng_isa_name(isas[i]), in, t, c, r.q[c], one.xq.q[c],
+                                 c < in ? x[(size_t)t * ldx + c] : 0.0f);
+                for (int g = 0; g < b.cols / 32; g++) {
+                    cr_assert(memcmp(&r.d[g], &one.xq.d[g], sizeof(float)) == 0, "%s in %d token %d group %d: d %g vs %g",
+                              eng_isa_name(isas[i]), in, t, g, r.d[g], one.xq.d[g]);
+                    cr_assert(memcmp(&r.sum[g], &one.xq.sum[g], sizeof(float)) == 0 ||
+                                  (isnan(r.sum[g]) && isnan(one.xq.sum[g])),
+                              "%s in %d token %d group %d: sum %g vs %g", eng_isa_name(isas[i]), in, t, g,
+                              r.sum[g], one.xq.sum[g]);
+                }
+            }
+        }
+        q8_batch_free(&b), q8_batch_free(&one);
+        free(x);
+    }
+}
+
+static const int matmul_ntoks[] = { 1, 2, 3, 7, 8, 16, 33, 64 };
+
+MCD_TEST(kernels, q4_1_q8_matmul_odd_shapes)
+{
+    for (size_t i = 0; i < sizeof matmul_ntoks / sizeof *matmul_ntoks; i++) {
+        check_matmul(32, 320, matmul_ntoks[i]);
+        check_matmul(64, 320, matmul_ntoks[i]);
+        check_matmul(96, 513, matmul_ntoks[i]);
+        check_matmul(32, 7, matmul_ntoks[i]);
+        check_matmul(128, 768, matmul_ntoks[i]);
+    }
+}
+
+MCD_TEST(kernels, q4_1_q8_matmul_2048)
+{
+    for (size_t i = 0; i < sizeof matmul_ntoks / sizeof *matmul_ntoks; i++)
+        check_matmul(2048, 2048, matmul_ntoks[i]);
+}
+
+/* More tokens than the VNNI kernel takes in one pass over a row block (128):
+ * several passes, the last one partial. */
+MCD_TEST(kernels, q4_1_q8_matmul_many_tokens)
+{
+    check_matmul(64, 320, 131);
+    check_matmul(96, 513, 200);
+    check_matmul(32, 1000, 257);
+}
+
+/* n_tok = 0 writes nothing. */
+MCD_TEST(kernels, q4_1_q8_matmul_empty)
+{
+    uint8_t *ch = random_chunks(64, 256);
+    struct q8_batch b = q8_batch_new(256, 0);
+    float y[64];
+    static const enum eng_isa isas[] = { ENG_ISA_SCALAR, ENG_ISA_AVX512 };
+    for (size_t i = 0; i < 2; i++) {
+        if (eng_kernels_set_isa(isas[i]) != 0)
+            continue;
+        fill_canary(y, 64);
+        eng_q8x_quantize_batch(&b.xq, NULL, 256, 256, 0);
+        eng_matmul_q4_1_q8_rows(ch, 256, 0, 64, &b.xq, 0, y, 64);
+        for (int r = 0; r < 64; r++)
+            cr_assert_eq(y[r], CANARY);
+    }
+    q8_batch_free(&b);
+    free(ch);
 }
 
 /* ---- BF16 --------------------------------------------------------------------- */
