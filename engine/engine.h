@@ -53,4 +53,9 @@ void eng_pack_free(eng_pack *p);
 const struct eng_pack_info *eng_pack_get_info(const eng_pack *p);
 const char *eng_weights_format_name(enum eng_weights_format f);
 
+/* config.json as parsed at open (a jansson object, borrowed, lives as long as the
+ * pack): read it here rather than from the file again. */
+struct json_t;
+const struct json_t *eng_pack_config(const eng_pack *p);
+
 #endif

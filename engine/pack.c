@@ -23,6 +23,8 @@ struct eng_pack {
     struct eng_pack_info info;
     char *dir;
     char *model_type;
+    json_t *config;  /* config.json as read at open: never read twice (it may be a
+                        FIFO, or change under a running daemon) */
 };
 
 const char *eng_weights_format_name(enum eng_weights_format f)
@@ -205,7 +207,7 @@ int eng_pack_open(const char *dir, eng_pack **out, char *err, size_t errlen)
         goto out;
     }
     p->model_type = strdup(json_string_value(mt));
-    p->dir = strdup(dir);
+    p->dir = realpath(dir, NULL); /* absolute, as eng_pack_info promises */
     if (!p->model_type || !p->dir) {
         rc = eng__fail(err, errlen, -ENOMEM, "out of memory");
         goto out;
@@ -222,6 +224,7 @@ int eng_pack_open(const char *dir, eng_pack **out, char *err, size_t errlen)
     }
     p->info.dir = p->dir;
     p->info.model_type = p->model_type;
+    p->config = json_incref(cfg);
     *out = p;
     p = NULL;
     rc = 0;
@@ -237,7 +240,10 @@ void eng_pack_free(eng_pack *p)
         return;
     free(p->dir);
     free(p->model_type);
+    json_decref(p->config);
     free(p);
 }
+
+const struct json_t *eng_pack_config(const eng_pack *p) { return p->config; }
 
 const struct eng_pack_info *eng_pack_get_info(const eng_pack *p) { return &p->info; }

@@ -1,0 +1,88 @@
+/* eng_model — the MiniCPM5 forward pass on the CPU.
+ *
+ * A model is opened over an eng_pack (it borrows the pack: free the model first)
+ * and maps its weights: Q4NX Q4_1 chunks or Hugging Face BF16, never copied. A
+ * sequence owns a KV cache and runs batches of positions in three steps, so a
+ * scheduler can cut the layers into chunks (the NPU worker's runlists):
+ *
+ *   eng_seq_embed(s, tokens, n)        start a batch at positions len .. len+n-1
+ *   eng_seq_layers(s, l0, l1)          run layers [l0, l1) over it (any split)
+ *   eng_seq_head(s, logits)            final norm + lm_head of the batch's last
+ *                                      position; the batch's positions join the
+ *                                      sequence (len += n)
+ *
+ * Numerics: activations float32; RMSNorm, RoPE, softmax and SwiGLU in float32;
+ * the KV cache in BF16 (round to nearest even), the model's real KV heads only.
+ * Matrix products take the activations quantized to int8 per 32 columns
+ * (ENG_ACT_Q8, the fast default: AVX-512 VNNI) or float32 (ENG_ACT_F32, exact
+ * arithmetic on the dequantized weights: the reference the tests compare with).
+ *
+ * Threading: a model and its sequences belong to one thread at a time (the
+ * worker); the model's compute pool does the parallel work inside each call. */
+#ifndef MINICPMD_ENGINE_MODEL_H
+#define MINICPMD_ENGINE_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/engine.h"
+
+typedef struct eng_model eng_model;
+typedef struct eng_seq eng_seq;
+
+enum eng_act { ENG_ACT_Q8 = 0, ENG_ACT_F32 };
+
+enum eng_qk_norm {
+    ENG_QK_NORM_AUTO = 0, /* use q_norm/k_norm unless they are the synthetic all-ones
+                             shim on a llama-architecture model (warned) */
+    ENG_QK_NORM_OFF,      /* ignore them */
+    ENG_QK_NORM_ON,       /* apply them whenever present */
+};
+
+struct eng_model_opts {
+    int n_threads;          /* compute pool size, caller included; <= 0: online CPUs */
+    enum eng_act act;
+    enum eng_qk_norm qk_norm;
+    int no_kv_dedup;        /* compute replicated KV heads as stored (tests) */
+    void (*warn)(void *ctx, const char *msg); /* one line per warning; may be NULL */
+    void *warn_ctx;
+};
+
+struct eng_model_info {
+    struct eng_hparams hp;  /* as in config.json */
+    int n_kv_real;          /* KV heads computed and cached (after de-duplication) */
+    int kv_replication;     /* stored / real: 4 for an 8-head pack of MiniCPM5 */
+    int qk_norm;            /* 1 when q_norm/k_norm are applied */
+    int n_threads;
+    int64_t kv_bytes_per_token;  /* all layers, K and V */
+    int64_t weight_bytes_per_token; /* weight bytes one decode step reads */
+    int64_t macs_per_token;      /* multiply-accumulates of one token's matmuls */
+    const char *isa;             /* kernels in use, e.g. "avx512-vnni" */
+};
+
+int eng_model_open(const eng_pack *pack, const struct eng_model_opts *o, eng_model **out,
+                   char *err, size_t errlen);
+void eng_model_free(eng_model *m);
+const struct eng_model_info *eng_model_get_info(const eng_model *m);
+
+/* A sequence with room for n_ctx positions (1 .. hp.n_ctx_train). */
+int eng_seq_new(eng_model *m, int n_ctx, eng_seq **out, char *err, size_t errlen);
+void eng_seq_free(eng_seq *s);
+int eng_seq_len(const eng_seq *s);   /* positions in the KV cache */
+int eng_seq_ctx(const eng_seq *s);   /* n_ctx */
+/* Forget positions n.. (n <= len) and any batch in flight: prompt-cache reuse, or
+ * a device fault that lost the KV state. */
+void eng_seq_truncate(eng_seq *s, int n);
+
+/* Returns 0, or -EINVAL (bad token id, n < 1, len + n > n_ctx, layers out of
+ * order or out of range, head before all layers ran) with the reason in the
+ * sequence's last error (eng_seq_error). Nothing is half-done on error. */
+int eng_seq_embed(eng_seq *s, const int32_t *tokens, int n);
+int eng_seq_layers(eng_seq *s, int l_begin, int l_end);
+int eng_seq_head(eng_seq *s, float *logits /* n_vocab */);
+const char *eng_seq_error(const eng_seq *s);
+
+/* embed + all layers + head in one call. */
+int eng_seq_forward(eng_seq *s, const int32_t *tokens, int n, float *logits);
+
+#endif
