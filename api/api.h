@@ -31,7 +31,10 @@
     XX(LOADING,            503, "unavailable_error",     "model_loading")                 \
     XX(NO_MODEL,           503, "unavailable_error",     "no_model")                      \
     XX(BUSY,               503, "unavailable_error",     "server_busy")                   \
-    XX(SHUTTING_DOWN,      503, "unavailable_error",     "shutting_down")
+    XX(SHUTTING_DOWN,      503, "unavailable_error",     "shutting_down")                 \
+    /* A device fault from the worker; the code is the ERT state's name in lower \
+     * case, set per error by api_device_error_body() (api/chat-resp.h). */      \
+    XX(DEVICE_FAULT,       502, "device_error",          NULL)
 
 enum api_error {
 #define XX(name, status, type, code) API_ERR_##name,

@@ -1,0 +1,126 @@
+/* api/chat-req — POST /v1/chat/completions: the request body, validated.
+ *
+ * api_chat_req_parse() checks every field minicpmd acts on against OpenAI's
+ * contract and turns them into what the worker needs: the sampler knobs (struct
+ * eng_sampling, on top of the pack's defaults), the generation budget, the stop
+ * strings, and what the chat template and the output parser must see. A field of
+ * the wrong type or out of range is refused with 400 invalid_request_error and
+ * `param` naming it exactly as OpenAI does ("temperature", "stop[1]",
+ * "logit_bias.123", "messages[2].content[0].type"). Unknown fields are ignored. An
+ * optional field given as null is the same as absent (the SDKs send null for
+ * Optional[…] = None; OpenAI accepts it).
+ *
+ * Pure: no sockets, no devices, no globals. Any thread.
+ */
+#ifndef MINICPMD_API_CHAT_REQ_H
+#define MINICPMD_API_CHAT_REQ_H
+
+#include "api/api.h"
+#include "api/text.h"            /* struct api_bad_request */
+#include "engine/chat.h"
+#include "engine/sample.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define API_CHAT_MAX_STOP 4          /* OpenAI: up to 4 stop sequences */
+#define API_CHAT_MAX_TOP_LOGPROBS 20 /* OpenAI: top_logprobs 0..20 */
+#define API_CHAT_MAX_TOOLS 128       /* OpenAI: up to 128 functions */
+
+/* What the request is checked against. */
+struct api_chat_limits {
+    int32_t n_vocab;                        /* logit_bias ids must be < n_vocab (> 0) */
+    const struct eng_sampling *defaults;    /* the pack's (eng_sampling_defaults), or NULL
+                                             * for neutral knobs; copied, not kept */
+};
+
+enum api_tool_choice {
+    API_TOOL_CHOICE_NONE = 0,   /* "none", or no tools: tool-call markup is content */
+    API_TOOL_CHOICE_AUTO,       /* "auto" (the default with tools) */
+    API_TOOL_CHOICE_REQUIRED,   /* "required": the model should call one or more tools */
+    API_TOOL_CHOICE_FUNCTION,   /* {"type":"function","function":{"name":…}} */
+};
+
+struct api_chat_stop {
+    const char *text;           /* borrowed from the body; may hold NUL bytes */
+    size_t len;                 /* >= 1 */
+};
+
+/* A parsed request. Created by api_chat_req_parse(), freed by api_chat_req_free().
+ * Everything is read-only for the caller; strings and JSON borrow from the body,
+ * which the request holds a reference to, so they live as long as the request. */
+struct api_chat_req {
+    const char *model;          /* as given; see api_chat_req_check_model() */
+    bool stream;
+    bool include_usage;         /* stream_options.include_usage */
+
+    /* max_completion_tokens, else max_tokens (>= 1), or 0 when neither was given
+     * (generate until a stop or the end of the context). Not clamped: see
+     * api_chat_req_budget(). */
+    int32_t max_tokens;
+
+    /* The pack's defaults with the request's temperature, top_p, top_k, min_p,
+     * repetition_penalty, presence/frequency_penalty, logit_bias and seed on top.
+     * `sampling.bias` points into this request (n_bias entries, ascending ids, each
+     * once: of "7" and "007" the later one counts). */
+    struct eng_sampling sampling;
+    bool has_seed;              /* false: sampling.seed is a fresh random number */
+
+    struct api_chat_stop stop[API_CHAT_MAX_STOP];
+    int n_stop;
+
+    bool logprobs;
+    int top_logprobs;           /* 0..20; 0 unless logprobs */
+
+    enum api_tool_choice tool_choice;
+    const char *tool_choice_name;   /* API_TOOL_CHOICE_FUNCTION: the function's name */
+    /* The tools the output parser recognises (eng_outparse_new's `tools`): the
+     * request's tools; only the named one for a named tool_choice; NULL with no
+     * tools or tool_choice "none". */
+    const json_t *parser_tools;
+
+    const char *user;           /* or NULL */
+    enum eng_thinking thinking; /* chat_template_kwargs.enable_thinking */
+
+    /* What the chat template is given: `prompt_request` is an object holding the
+     * request's messages, add_generation_prompt, chat_template_kwargs and the tools
+     * the template shows (parser_tools, the same decision); pass it to
+     * eng_prompt_build(). `chat` is eng_chat_params_from_request() of it, for
+     * eng_chat_render(). */
+    const json_t *prompt_request;
+    struct eng_chat_params chat;
+
+    /* private */
+    json_t *body_;
+    json_t *prompt_;
+    json_t *parser_tools_;
+    struct eng_logit_bias *bias_;
+};
+
+/* Validate `body` (a JSON object: api_parse_object()) and build the request.
+ * Returns 0 and *out (the caller frees it with api_chat_req_free()), or -1 with
+ * `bad` filled: API_ERR_BAD_REQUEST with the param and a one-line message, or
+ * API_ERR_INTERNAL when out of memory. `body` is referenced, not copied. The
+ * model is only checked to be a string here: api_chat_req_check_model() decides
+ * whether it is served. */
+int api_chat_req_parse(const json_t *body, const struct api_chat_limits *lim,
+                       struct api_chat_req **out, struct api_bad_request *bad);
+void api_chat_req_free(struct api_chat_req *r);   /* accepts NULL */
+
+/* Whether `model` names the served model: its id or one of `n_aliases` aliases,
+ * compared exactly. Returns 0, or -1 with `bad` = API_ERR_MODEL_NOT_FOUND (404,
+ * param "model"). Never falls back to the served model. */
+int api_chat_req_check_model(const char *model, const char *served_id,
+                             const char *const *aliases, size_t n_aliases,
+                             struct api_bad_request *bad);
+
+/* The number of tokens to generate once the prompt is known: the request's
+ * max_tokens clamped to what is left of the context (n_ctx - n_prompt), or all of
+ * it when none was asked. Returns that (>= 1), or -1 when the prompt leaves no room
+ * for a single token: answer api_context_length_body(n_ctx, n_prompt,
+ * r->max_tokens) with status 400, in both modes. */
+int32_t api_chat_req_budget(const struct api_chat_req *r, int32_t n_prompt, int32_t n_ctx);
+
+#endif

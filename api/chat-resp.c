@@ -1,0 +1,563 @@
+/* chat.completion, chat.completion.chunk, SSE framing and the generation-time
+ * errors. Every object is built with jansson and every string goes through
+ * text(), so a body is always valid JSON and valid UTF-8 whatever the model
+ * produced. */
+#include "api/chat-resp.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+/* ---- ids ----------------------------------------------------------------- */
+
+static const char ALNUM[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+
+/* splitmix64, for when the kernel has no entropy to give yet. */
+static uint64_t fallback_random(void)
+{
+    static atomic_uint_fast64_t counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t z = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^
+                 (atomic_fetch_add(&counter, 1) * 0x9E3779B97F4A7C15u);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+    return z ^ (z >> 31);
+}
+
+/* n random characters from ALNUM, unbiased (bytes >= 248 are redrawn). */
+static void random_alnum(char *out, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned char buf[64];
+        if (getrandom(buf, sizeof buf, GRND_NONBLOCK) != (ssize_t)sizeof buf)
+            for (size_t k = 0; k < sizeof buf; k += 8) {
+                uint64_t r = fallback_random();
+                memcpy(buf + k, &r, 8);
+            }
+        for (size_t k = 0; k < sizeof buf && i < n; k++)
+            if (buf[k] < 248)
+                out[i++] = ALNUM[buf[k] % 62];
+    }
+    out[n] = '\0';
+}
+
+void api_tool_call_id(char out[API_TOOL_CALL_ID_SIZE])
+{
+    memcpy(out, "call_", 5);
+    random_alnum(out + 5, API_TOOL_CALL_ID_SIZE - 6);
+}
+
+/* `s` with everything outside [A-Za-z0-9._+-] as '_', appended at out[*at]. */
+static void put_token(char *out, size_t size, size_t *at, const char *s)
+{
+    for (; s && *s && *at + 1 < size; s++) {
+        char c = *s;
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '_' || c == '+' || c == '-';
+        out[(*at)++] = ok ? c : '_';
+    }
+    out[*at] = '\0';
+}
+
+void api_chat_ident_init(struct api_chat_ident *ci, const char *model, const char *version,
+                         const char *device, bool include_usage)
+{
+    memset(ci, 0, sizeof *ci);
+    memcpy(ci->id, "chatcmpl-", 9);
+    random_alnum(ci->id + 9, 32);
+    ci->created = (int64_t)time(NULL);
+    ci->model = model;
+    ci->include_usage = include_usage;
+    size_t at = 0;
+    put_token(ci->fingerprint, sizeof ci->fingerprint, &at, "minicpmd-");
+    put_token(ci->fingerprint, sizeof ci->fingerprint, &at, version ? version : "unknown");
+    put_token(ci->fingerprint, sizeof ci->fingerprint, &at, "-");
+    put_token(ci->fingerprint, sizeof ci->fingerprint, &at, device ? device : "unknown");
+}
+
+const char *api_finish_reason_name(enum api_finish_reason f)
+{
+    switch (f) {
+    case API_FINISH_STOP: return "stop";
+    case API_FINISH_LENGTH: return "length";
+    case API_FINISH_TOOL_CALLS: return "tool_calls";
+    }
+    return "stop";
+}
+
+/* ---- JSON values ----------------------------------------------------------- */
+
+/* Length of the valid UTF-8 sequence at s[0..n), or 0 when it is not one
+ * (overlong forms, surrogates and code points above U+10FFFF are invalid). */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned char c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
+                                          : c >= 0xF0 && c <= 0xF4 ? 4
+                                                                   : 0;
+    if (len == 0 || len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F) || (c == 0xF0 && s[1] < 0x90) ||
+        (c == 0xF4 && s[1] > 0x8F))
+        return 0;
+    return len;
+}
+
+/* A JSON string of n bytes: as they are when valid UTF-8, else with each invalid
+ * byte as U+FFFD. NUL bytes are kept (jansson escapes them as \u0000). */
+static json_t *text_n(const char *s, size_t n)
+{
+    if (!s)
+        s = "", n = 0;
+    json_t *j = json_stringn(s, n);
+    if (j)
+        return j;
+    char *buf = malloc(n * 3 + 1);
+    if (!buf)
+        return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_seq((const unsigned char *)s + i, n - i);
+        if (k) {
+            memcpy(buf + o, s + i, k);
+            o += k, i += k;
+        } else {
+            memcpy(buf + o, "\xEF\xBF\xBD", 3);
+            o += 3, i++;
+        }
+    }
+    j = json_stringn(buf, o);
+    free(buf);
+    return j;
+}
+
+static json_t *text(const char *s) { return text_n(s, s ? strlen(s) : 0); }
+
+static json_t *bytes_json(const char *s, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < n; i++)
+        if (json_array_append_new(a, json_integer((unsigned char)s[i])) != 0) {
+            json_decref(a);
+            return NULL;
+        }
+    return a;
+}
+
+static json_t *real(double x) { return json_real(isfinite(x) ? x : 0.0); }
+
+static json_t *logprob_value(float lp) { return json_real(isfinite(lp) ? lp : -9999.0); }
+
+/* Sets key to `v` (stolen); a NULL `v` (out of memory) fails the whole object. */
+static bool put(json_t *obj, const char *key, json_t *v)
+{
+    return v && json_object_set_new(obj, key, v) == 0;
+}
+
+/* ---- logprobs, usage, timings -------------------------------------------------- */
+
+static json_t *token_logprob_json(const struct api_token_logprob *t)
+{
+    json_t *o = json_object(), *top = json_array();
+    if (!put(o, "top_logprobs", top) || !put(o, "token", text_n(t->token, t->len)) ||
+        !put(o, "logprob", logprob_value(t->logprob)) ||
+        !put(o, "bytes", bytes_json(t->token, t->len)))
+        goto fail;
+    for (int k = 0; k < t->n_top; k++) {
+        const struct api_top_logprob *a = &t->top[k];
+        json_t *e = json_object();
+        if (json_array_append_new(top, e) != 0 || !put(e, "token", text_n(a->token, a->len)) ||
+            !put(e, "logprob", logprob_value(a->logprob)) ||
+            !put(e, "bytes", bytes_json(a->token, a->len)))
+            goto fail;
+    }
+    return o;
+fail:
+    json_decref(o);
+    return NULL;
+}
+
+/* {"content":[…]} when asked, else null. */
+static json_t *logprobs_json(bool asked, const struct api_token_logprob *tokens, size_t n)
+{
+    if (!asked)
+        return json_null();
+    json_t *content = json_array();
+    for (size_t i = 0; content && i < n; i++)
+        if (json_array_append_new(content, token_logprob_json(&tokens[i])) != 0) {
+            json_decref(content);
+            return NULL;
+        }
+    return content ? json_pack("{s:o, s:n}", "content", content, "refusal") : NULL;
+}
+
+static json_t *usage_json(const struct api_usage *u)
+{
+    return json_pack("{s:i, s:i, s:i, s:{s:i}, s:{s:i}}", "prompt_tokens", (int)u->prompt_tokens,
+                     "completion_tokens", (int)u->completion_tokens, "total_tokens",
+                     (int)u->prompt_tokens + (int)u->completion_tokens, "prompt_tokens_details",
+                     "cached_tokens", (int)u->cached_tokens, "completion_tokens_details",
+                     "reasoning_tokens", (int)u->reasoning_tokens);
+}
+
+json_t *api_timings_json(const struct api_timings *t)
+{
+    double pn = t->prompt_n, gn = t->predicted_n;
+    return json_pack("{s:i, s:i, s:o, s:o, s:o, s:i, s:o, s:o, s:o}", "cache_n", (int)t->cache_n,
+                     "prompt_n", (int)t->prompt_n, "prompt_ms", real(t->prompt_ms),
+                     "prompt_per_token_ms", real(pn > 0 ? t->prompt_ms / pn : 0),
+                     "prompt_per_second", real(t->prompt_ms > 0 ? 1e3 * pn / t->prompt_ms : 0),
+                     "predicted_n", (int)t->predicted_n, "predicted_ms", real(t->predicted_ms),
+                     "predicted_per_token_ms", real(gn > 0 ? t->predicted_ms / gn : 0),
+                     "predicted_per_second",
+                     real(t->predicted_ms > 0 ? 1e3 * gn / t->predicted_ms : 0));
+}
+
+/* ---- chat.completion ------------------------------------------------------------- */
+
+static json_t *tool_call_json(const struct api_tool_call *c)
+{
+    char id[API_TOOL_CALL_ID_SIZE];
+    if (!c->id)
+        api_tool_call_id(id);
+    return json_pack("{s:o, s:s, s:{s:o, s:o}}", "id", text(c->id ? c->id : id), "type",
+                     "function", "function", "name", text(c->name), "arguments",
+                     text(c->arguments ? c->arguments : "{}"));
+}
+
+static json_t *message_json(const struct api_chat_result *r)
+{
+    json_t *m = json_pack("{s:s}", "role", "assistant");
+    if (!m)
+        return NULL;
+    bool has_text = r->content && r->content[0];
+    if (!put(m, "content", has_text || r->n_tool_calls == 0 ? text(r->content) : json_null()))
+        goto fail;
+    if (r->reasoning && r->reasoning[0] && !put(m, "reasoning_content", text(r->reasoning)))
+        goto fail;
+    if (r->n_tool_calls) {
+        json_t *calls = json_array();
+        if (!put(m, "tool_calls", calls))
+            goto fail;
+        for (size_t i = 0; i < r->n_tool_calls; i++)
+            if (json_array_append_new(calls, tool_call_json(&r->tool_calls[i])) != 0)
+                goto fail;
+    }
+    return m;
+fail:
+    json_decref(m);
+    return NULL;
+}
+
+/* id, object, created, model, system_fingerprint: the head of every object. */
+static json_t *head(const struct api_chat_ident *ci, const char *object)
+{
+    return json_pack("{s:s, s:s, s:I, s:o, s:s}", "id", ci->id, "object", object, "created",
+                     (json_int_t)ci->created, "model", text(ci->model), "system_fingerprint",
+                     ci->fingerprint);
+}
+
+json_t *api_chat_completion_json(const struct api_chat_ident *ci, const struct api_chat_result *r)
+{
+    json_t *o = head(ci, "chat.completion");
+    if (!o)
+        return NULL;
+    json_t *choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", message_json(r),
+                               "logprobs", logprobs_json(r->logprobs, r->tokens, r->n_tokens),
+                               "finish_reason", api_finish_reason_name(r->finish));
+    json_t *choices = choice ? json_pack("[o]", choice) : NULL;
+    if (!put(o, "choices", choices) || !put(o, "usage", usage_json(&r->usage)) ||
+        (r->timings && !put(o, "timings", api_timings_json(r->timings)))) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+char *api_chat_completion_body(const struct api_chat_ident *ci, const struct api_chat_result *r)
+{
+    json_t *o = api_chat_completion_json(ci, r);
+    if (!o)
+        return NULL;
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
+/* ---- chat.completion.chunk ---------------------------------------------------------- */
+
+/* A chunk with one choice {index 0, delta, logprobs, finish_reason}; steals delta
+ * and logprobs. `finish` NULL: finish_reason null. */
+static json_t *chunk(const struct api_chat_ident *ci, json_t *delta, json_t *logprobs,
+                     const char *finish)
+{
+    json_t *choice = json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "delta", delta, "logprobs",
+                               logprobs ? logprobs : json_null(), "finish_reason",
+                               finish ? json_string(finish) : json_null());
+    json_t *o = head(ci, "chat.completion.chunk");
+    if (!put(o, "choices", choice ? json_pack("[o]", choice) : NULL) ||
+        (ci->include_usage && !put(o, "usage", json_null()))) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+json_t *api_chat_chunk_first(const struct api_chat_ident *ci)
+{
+    return chunk(ci, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, NULL);
+}
+
+static json_t *tool_call_delta_json(const struct api_tool_call_delta *t)
+{
+    json_t *o = json_pack("{s:i}", "index", t->index);
+    json_t *fn = json_object();
+    if (!put(o, "function", fn))
+        goto fail;
+    if (t->id || t->name) {
+        char id[API_TOOL_CALL_ID_SIZE];
+        if (!t->id)
+            api_tool_call_id(id);
+        if (!put(o, "id", text(t->id ? t->id : id)) || !put(o, "type", json_string("function")) ||
+            !put(fn, "name", text(t->name)))
+            goto fail;
+    }
+    if (!put(fn, "arguments", text(t->arguments)))
+        goto fail;
+    return o;
+fail:
+    json_decref(o);
+    return NULL;
+}
+
+json_t *api_chat_chunk_delta(const struct api_chat_ident *ci, const struct api_chat_delta *d)
+{
+    json_t *delta = json_object();
+    if (!delta)
+        return NULL;
+    if ((d->content && !put(delta, "content", text(d->content))) ||
+        (d->reasoning && !put(delta, "reasoning_content", text(d->reasoning))))
+        goto fail;
+    if (d->n_tool_calls) {
+        json_t *calls = json_array();
+        if (!put(delta, "tool_calls", calls))
+            goto fail;
+        for (size_t i = 0; i < d->n_tool_calls; i++)
+            if (json_array_append_new(calls, tool_call_delta_json(&d->tool_calls[i])) != 0)
+                goto fail;
+    }
+    json_t *lp = logprobs_json(d->logprobs, d->tokens, d->n_tokens);
+    if (!lp)
+        goto fail;
+    return chunk(ci, delta, lp, NULL);
+fail:
+    json_decref(delta);
+    return NULL;
+}
+
+json_t *api_chat_chunk_final(const struct api_chat_ident *ci, enum api_finish_reason finish,
+                             const struct api_timings *timings)
+{
+    json_t *o = chunk(ci, json_object(), NULL, api_finish_reason_name(finish));
+    if (o && timings && !put(o, "timings", api_timings_json(timings))) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+json_t *api_chat_chunk_usage(const struct api_chat_ident *ci, const struct api_usage *u,
+                             const struct api_timings *timings)
+{
+    json_t *o = head(ci, "chat.completion.chunk");
+    if (!o || !put(o, "choices", json_array()) || !put(o, "usage", usage_json(u)) ||
+        (timings && !put(o, "timings", api_timings_json(timings)))) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* ---- SSE ------------------------------------------------------------------------------ */
+
+char *api_sse_frame(const char *data)
+{
+    if (!data)
+        return NULL;
+    /* Each line of data becomes its own "data: " line; the client joins them with
+     * "\n" again. Compact JSON has no raw newline, so that is one line. */
+    size_t lines = 1, n = strlen(data);
+    for (size_t i = 0; i < n; i++)
+        if (data[i] == '\n')
+            lines++;
+    char *out = malloc(n + lines * 7 + 2);
+    if (!out)
+        return NULL;
+    size_t o = 0;
+    memcpy(out, "data: ", 6);
+    o = 6;
+    for (size_t i = 0; i < n; i++) {
+        if (data[i] == '\r' && (i + 1 == n || data[i + 1] != '\n'))
+            continue; /* a lone CR would end the line early for an SSE parser */
+        out[o++] = data[i];
+        if (data[i] == '\n') {
+            memcpy(out + o, "data: ", 6);
+            o += 6;
+        }
+    }
+    out[o++] = '\n';
+    out[o++] = '\n';
+    out[o] = '\0';
+    return out;
+}
+
+char *api_sse_event(json_t *obj)
+{
+    if (!obj)
+        return NULL;
+    char *s = json_dumps(obj, JSON_COMPACT);
+    json_decref(obj);
+    char *f = api_sse_frame(s);
+    free(s);
+    return f;
+}
+
+/* ---- errors ----------------------------------------------------------------------------- */
+
+char *api_context_length_body(int32_t n_ctx, int32_t n_prompt, int32_t n_completion)
+{
+    char msg[320];
+    if (n_completion > 0)
+        snprintf(msg, sizeof msg,
+                 "This model's maximum context length is %d tokens. However, you requested %lld "
+                 "tokens (%d in the messages, %d in the completion). Please reduce the length "
+                 "of the messages or completion.",
+                 (int)n_ctx, (long long)n_prompt + n_completion, (int)n_prompt,
+                 (int)n_completion);
+    else
+        snprintf(msg, sizeof msg,
+                 "This model's maximum context length is %d tokens. However, your messages "
+                 "resulted in %d tokens. Please reduce the length of the messages.",
+                 (int)n_ctx, (int)n_prompt);
+    return api_error_body(API_ERR_CONTEXT_LENGTH, msg, "messages");
+}
+
+char *api_server_busy_body(int queue_limit)
+{
+    char msg[160];
+    snprintf(msg, sizeof msg,
+             "The server is busy: %d requests are already waiting, the most it queues. Please "
+             "retry later.",
+             queue_limit);
+    return api_error_body(API_ERR_BUSY, msg, NULL);
+}
+
+/* "ERT_CMD_STATE_TIMEOUT" -> "ert_cmd_state_timeout"; anything but letters, digits
+ * and '_' is dropped. */
+static void lower_code(char *out, size_t size, const char *name)
+{
+    size_t o = 0;
+    for (; name && *name && o + 1 < size; name++) {
+        char c = *name;
+        if (c >= 'A' && c <= 'Z')
+            out[o++] = (char)(c - 'A' + 'a');
+        else if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')
+            out[o++] = c;
+    }
+    out[o] = '\0';
+}
+
+static void appendf(char *buf, size_t size, size_t *at, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void appendf(char *buf, size_t size, size_t *at, const char *fmt, ...)
+{
+    if (*at >= size)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf + *at, size - *at, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        *at += (size_t)n < size - *at ? (size_t)n : size - *at - 1;
+}
+
+static bool put_int(json_t *o, const char *key, long long v)
+{
+    return v < 0 || put(o, key, json_integer(v));
+}
+
+json_t *api_device_error_json(const struct api_device_error *e)
+{
+    char code[64], msg[400];
+    lower_code(code, sizeof code, e->ert_name);
+    if (!code[0])
+        snprintf(code, sizeof code, "device_error");
+
+    /* "The xrt device failed with ERT_CMD_STATE_TIMEOUT (state 8) during decode,
+     * chunk 1 of 3 (layers 0-20) at token 57 after 2003 ms; 1 attempt. …" — each
+     * part only when known. */
+    size_t at = 0;
+    appendf(msg, sizeof msg, &at, "The %s device failed", e->device ? e->device : "compute");
+    if (e->ert_name)
+        appendf(msg, sizeof msg, &at, " with %s", e->ert_name);
+    if (e->ert_state >= 0)
+        appendf(msg, sizeof msg, &at, " (state %d)", e->ert_state);
+    if (e->phase)
+        appendf(msg, sizeof msg, &at, " during %s", e->phase);
+    if (e->chunk_index >= 0) {
+        appendf(msg, sizeof msg, &at, ", chunk %d", e->chunk_index);
+        if (e->chunk_count >= 0)
+            appendf(msg, sizeof msg, &at, " of %d", e->chunk_count);
+    }
+    if (e->layer_first >= 0 && e->layer_last >= e->layer_first)
+        appendf(msg, sizeof msg, &at, " (layers %d-%d)", e->layer_first, e->layer_last);
+    if (e->token_pos >= 0)
+        appendf(msg, sizeof msg, &at, " at token %d", e->token_pos);
+    if (e->elapsed_ms >= 0)
+        appendf(msg, sizeof msg, &at, " after %lld ms", (long long)e->elapsed_ms);
+    if (e->attempts >= 0)
+        appendf(msg, sizeof msg, &at, "; %d attempt%s", e->attempts, e->attempts == 1 ? "" : "s");
+    appendf(msg, sizeof msg, &at, ". The request was not completed; it may be retried.");
+
+    json_t *err = json_pack("{s:o, s:s, s:n, s:s}", "message", text(msg), "type",
+                            api_error_type(API_ERR_DEVICE_FAULT), "param", "code", code);
+    if (!err)
+        return NULL;
+    bool ok = put_int(err, "ert_state", e->ert_state) &&
+              (!e->phase || put(err, "phase", text(e->phase))) &&
+              put_int(err, "chunk_index", e->chunk_index) &&
+              put_int(err, "chunk_count", e->chunk_count) &&
+              put_int(err, "layer_first", e->layer_first) &&
+              put_int(err, "layer_last", e->layer_last) &&
+              put_int(err, "token_pos", e->token_pos) &&
+              put_int(err, "elapsed_ms", e->elapsed_ms) &&
+              (!e->device || put(err, "device", text(e->device))) &&
+              put_int(err, "attempts", e->attempts);
+    if (!ok) {
+        json_decref(err);
+        return NULL;
+    }
+    return json_pack("{s:o}", "error", err);
+}
+
+char *api_device_error_body(const struct api_device_error *e)
+{
+    json_t *o = api_device_error_json(e);
+    if (!o)
+        return NULL;
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}

@@ -1,0 +1,213 @@
+/* api/chat-resp — what POST /v1/chat/completions answers: the chat.completion
+ * object, the chat.completion.chunk events of a stream and their SSE framing, and
+ * the errors only generation produces (context overflow, a busy queue, a device
+ * fault).
+ *
+ * Shapes follow OpenAI's (openai-openapi ChatCompletion / ChatCompletionChunk),
+ * plus two fields OpenAI does not have and clients of local servers read:
+ * message.reasoning_content (Open WebUI, the reasoning) and a llama.cpp-style
+ * `timings` object (Open WebUI's tokens/s).
+ *
+ * Pure: builders take plain structs, return new JSON (the caller owns the
+ * reference) or malloc'd strings (the caller frees them); NULL only when out of
+ * memory. Any thread.
+ */
+#ifndef MINICPMD_API_CHAT_RESP_H
+#define MINICPMD_API_CHAT_RESP_H
+
+#include "api/api.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- identity of one completion -------------------------------------------- */
+
+/* The same id, created and model on the response or on every chunk of a stream. */
+struct api_chat_ident {
+    char id[48];                /* "chatcmpl-" + 32 random [0-9A-Za-z] */
+    int64_t created;            /* unix seconds */
+    const char *model;          /* borrowed: must outlive the ident */
+    char fingerprint[96];       /* system_fingerprint: "minicpmd-<version>-<device>" */
+    bool include_usage;         /* stream_options.include_usage: every chunk but the
+                                 * usage one carries "usage": null, as OpenAI's do */
+};
+
+/* Fresh id, created = now. `version` e.g. MINICPMD_VERSION, `device` the serving
+ * device's name ("xrt", "cpu"); either may be NULL ("unknown"). Characters other
+ * than [A-Za-z0-9._+-] in them become '_'. */
+void api_chat_ident_init(struct api_chat_ident *ci, const char *model, const char *version,
+                         const char *device, bool include_usage);
+
+/* A tool call id: "call_" + 24 random [0-9A-Za-z], NUL-terminated in out[30]. */
+#define API_TOOL_CALL_ID_SIZE 30
+void api_tool_call_id(char out[API_TOOL_CALL_ID_SIZE]);
+
+/* ---- pieces ------------------------------------------------------------------ */
+
+enum api_finish_reason {
+    API_FINISH_STOP = 0,        /* end-of-generation token or a stop string */
+    API_FINISH_LENGTH,          /* max_tokens or the end of the context */
+    API_FINISH_TOOL_CALLS,      /* the output held tool calls */
+};
+const char *api_finish_reason_name(enum api_finish_reason f);   /* "stop", … */
+
+struct api_tool_call {
+    const char *id;             /* "call_…" (api_tool_call_id); NULL: one is made */
+    const char *name;
+    const char *arguments;      /* a JSON object as a string, e.g. {"city":"Paris"} */
+};
+
+/* One generated token for `logprobs`. Token texts are the token's bytes, which
+ * may be part of a UTF-8 character: "token" is them with invalid sequences as
+ * U+FFFD, "bytes" is them exactly (what OpenAI's field is for). A logprob that is
+ * not finite is written as -9999.0, OpenAI's "very unlikely". */
+struct api_top_logprob {
+    const char *token;
+    size_t len;
+    float logprob;
+};
+
+struct api_token_logprob {
+    const char *token;
+    size_t len;
+    float logprob;
+    const struct api_top_logprob *top;   /* the request's top_logprobs alternatives */
+    int n_top;
+};
+
+struct api_usage {
+    int32_t prompt_tokens;
+    int32_t completion_tokens;  /* every generated token, reasoning included */
+    int32_t reasoning_tokens;   /* those inside <think>…</think> */
+    int32_t cached_tokens;      /* prompt tokens reused from the KV cache */
+};
+
+/* llama.cpp's `timings` (result_timings::to_json): counts and wall times; the
+ * per-token and per-second figures are derived (0 when a count or time is 0). */
+struct api_timings {
+    int32_t cache_n;            /* prompt tokens reused, not computed */
+    int32_t prompt_n;           /* prompt tokens computed */
+    double prompt_ms;
+    int32_t predicted_n;        /* tokens generated */
+    double predicted_ms;
+};
+json_t *api_timings_json(const struct api_timings *t);
+
+/* ---- the non-streaming answer ------------------------------------------------- */
+
+struct api_chat_result {
+    const char *content;        /* UTF-8; NULL = "" (null when there are tool calls
+                                 * and no text) */
+    const char *reasoning;      /* message.reasoning_content; NULL or "": omitted */
+    const struct api_tool_call *tool_calls;
+    size_t n_tool_calls;
+    enum api_finish_reason finish;
+    bool logprobs;              /* asked: choices[0].logprobs = {"content":[…]}; else null */
+    const struct api_token_logprob *tokens;
+    size_t n_tokens;
+    struct api_usage usage;
+    const struct api_timings *timings;   /* NULL: no "timings" */
+};
+
+/* The chat.completion object / its compact JSON text. */
+json_t *api_chat_completion_json(const struct api_chat_ident *ci, const struct api_chat_result *r);
+char *api_chat_completion_body(const struct api_chat_ident *ci, const struct api_chat_result *r);
+
+/* ---- streaming: chat.completion.chunk ----------------------------------------- *
+ *
+ * The order a stream follows (OpenAI's; the lead's contract with the client):
+ *   api_chat_chunk_first()                  delta {role:"assistant", content:""}
+ *   api_chat_chunk_delta() …                content / reasoning_content / tool_calls
+ *   api_chat_chunk_final(finish, t)         delta {}, finish_reason
+ *   api_chat_chunk_usage(u, t)              choices [], usage  (include_usage only)
+ *   API_SSE_DONE
+ * `timings` goes on the last chunk before [DONE] (llama.cpp's place, where Open
+ * WebUI picks it up): the usage chunk when there is one, else the final chunk;
+ * pass NULL on the other. Each builder returns a new object; frame it with
+ * api_sse_event(). */
+
+/* A tool call's part in a delta. The first delta of a call has id and name (and
+ * "type":"function"); later ones only argument text to append. minicpmd's parser
+ * emits whole calls, so one delta with id, name and all the arguments is normal. */
+struct api_tool_call_delta {
+    int index;                  /* 0, 1, … the call's position in the message */
+    const char *id;             /* first delta: "call_…" (NULL: one is made); later: NULL */
+    const char *name;           /* first delta; later: NULL */
+    const char *arguments;      /* argument JSON text, or a piece of it; NULL = "" */
+};
+
+struct api_chat_delta {
+    const char *content;        /* NULL: no "content" key */
+    const char *reasoning;      /* NULL: no "reasoning_content" key */
+    const struct api_tool_call_delta *tool_calls;
+    size_t n_tool_calls;
+    bool logprobs;              /* asked: "logprobs":{"content":[tokens]}; else null */
+    const struct api_token_logprob *tokens;   /* the tokens behind this delta */
+    size_t n_tokens;
+};
+
+json_t *api_chat_chunk_first(const struct api_chat_ident *ci);
+json_t *api_chat_chunk_delta(const struct api_chat_ident *ci, const struct api_chat_delta *d);
+json_t *api_chat_chunk_final(const struct api_chat_ident *ci, enum api_finish_reason finish,
+                             const struct api_timings *timings);
+json_t *api_chat_chunk_usage(const struct api_chat_ident *ci, const struct api_usage *u,
+                             const struct api_timings *timings);
+
+/* ---- SSE framing --------------------------------------------------------------- */
+
+#define API_SSE_DONE "data: [DONE]\n\n"
+#define API_SSE_PING ": ping\n\n"   /* a comment: the OpenAI SDKs and Open WebUI skip it */
+
+/* "data: <compact JSON>\n\n". Steals `obj` (NULL in, NULL out, so builders chain:
+ * api_sse_event(api_chat_chunk_first(ci))). */
+char *api_sse_event(json_t *obj);
+/* `data` (e.g. an error body from api_error_body()) as one event: each line
+ * prefixed "data: ", then a blank line. An error after the stream started is
+ * api_sse_frame(body) and then the end of the stream, with no [DONE] (llama.cpp;
+ * the OpenAI SDKs raise APIError on a data object with an "error" key). */
+char *api_sse_frame(const char *data);
+
+/* ---- errors generation produces ------------------------------------------------- */
+
+/* 400 context_length_exceeded, param "messages", OpenAI's wording with the numbers:
+ * "This model's maximum context length is N tokens. However, your messages
+ * resulted in P tokens. Please reduce the length of the messages." or, when a
+ * completion length was asked (n_completion > 0), "… However, you requested M
+ * tokens (P in the messages, C in the completion). Please reduce the length of the
+ * messages or completion." */
+char *api_context_length_body(int32_t n_ctx, int32_t n_prompt, int32_t n_completion);
+
+/* 503 server_busy: "the server is busy: N requests are already waiting; retry
+ * later". Send it with Retry-After. */
+char *api_server_busy_body(int queue_limit);
+
+/* A device fault the worker gave up on. Plain fields, so the worker's struct
+ * eng_device_error (engine/ert.h) maps onto it: ert_name = eng_ert_name(state),
+ * phase = eng_phase_name(phase), layer_first/layer_last = layer_begin and
+ * layer_end - 1. A negative number or NULL string means unknown and is left out. */
+struct api_device_error {
+    int ert_state;              /* the ERT command state number */
+    const char *ert_name;       /* e.g. "ERT_CMD_STATE_TIMEOUT" */
+    const char *phase;          /* "prefill", "decode", … */
+    int chunk_index;            /* which runlist chunk (0-based) of chunk_count */
+    int chunk_count;
+    int layer_first, layer_last;   /* the layers that chunk covers, inclusive; a
+                                    * last below first (a runlist without layers)
+                                    * is not mentioned in the message */
+    int token_pos;              /* the position being computed */
+    int64_t elapsed_ms;         /* of the failed submission */
+    const char *device;         /* e.g. "xrt" */
+    int attempts;               /* submissions tried, retries included */
+};
+
+/* {"error":{"message", "type":"device_error", "param":null, "code":"<ert_name in
+ * lower case>" (eng_ert_code()'s value, e.g. "ert_cmd_state_timeout";
+ * "device_error" without a name), "ert_state", "phase", "chunk_index",
+ * "chunk_count", "layer_first", "layer_last", "token_pos", "elapsed_ms", "device",
+ * "attempts"}}. Status: api_error_status(API_ERR_DEVICE_FAULT) (502). */
+json_t *api_device_error_json(const struct api_device_error *e);
+char *api_device_error_body(const struct api_device_error *e);
+
+#endif
