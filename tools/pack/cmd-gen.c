@@ -1,15 +1,18 @@
-/* minicpmd-pack gen --preset P --seed S --out DIR [--kv-heads N]
+/* minicpmd-pack gen --preset P --seed S --out DIR [--kv-heads N] [--format q4nx|hf]
  *
- * Writes a complete pack with random weights: config.json, model.q4nx,
- * tokenizer.json, tokenizer_config.json, generation_config.json and
- * chat_template.jinja. The packs exist so that the engine, the numpy reference and
- * the NPU path can be tested and benchmarked on MiniCPM5's exact file formats and
- * shapes without downloading 5 GB; the weights mean nothing.
+ * Writes a complete pack with random weights: config.json, model.q4nx (or, with
+ * --format hf, the same weights as a BF16 model.safetensors), tokenizer.json,
+ * tokenizer_config.json, generation_config.json and chat_template.jinja. The packs
+ * exist so that the engine, the numpy reference and the NPU path can be tested and
+ * benchmarked on MiniCPM5's exact file formats and shapes without downloading 5 GB;
+ * the weights mean nothing.
  *
  * Deterministic: one preset and seed give byte-identical files. Each tensor draws
  * from its own splitmix64 stream seeded by (seed, tensor index), so the output does
  * not depend on the order or the batching in which tensors are produced. */
+#include "tools/pack/fsutil.h"
 #include "tools/pack/gen.h"
+#include "tools/pack/layout.h"
 #include "tools/pack/pack.h"
 #include "tools/pack/q4nx-write.h"
 #include "pack-chat-template.h"
@@ -22,7 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 static const struct gen_preset presets[] = {
@@ -145,6 +147,15 @@ static void progress_add(struct progress *pr, uint64_t n)
             (int)(100 * pr->done / pr->total), pr->done >> 20, pr->total >> 20, now() - pr->t0);
 }
 
+static void put_bf16_rows(const float *x, size_t n, uint8_t *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint16_t v = q4nx_f32_to_bf16(x[i]);
+        out[2 * i] = (uint8_t)v;  /* little-endian on any host */
+        out[2 * i + 1] = (uint8_t)(v >> 8);
+    }
+}
+
 /* Produces one tensor's bytes and streams them to the writer. */
 static int emit(struct q4nx_writer *w, const struct q4nx_tensor *t, const struct gen_tensor *g,
                 uint64_t seed, size_t index, struct progress *pr)
@@ -154,7 +165,7 @@ static int emit(struct q4nx_writer *w, const struct q4nx_tensor *t, const struct
     uint8_t *out = NULL;
     int rc = -ENOMEM;
 
-    if (t->kind == Q4NX_BF16) {
+    if (g->init != INIT_MATMUL) {
         /* Embedding rows or a norm vector, one row at a time. */
         int64_t nrows = t->rows ? t->rows : 1;
         out = malloc((size_t)t->cols * 2);
@@ -175,9 +186,13 @@ static int emit(struct q4nx_writer *w, const struct q4nx_tensor *t, const struct
         goto out;
     }
 
-    /* Q4_1: 32 rows at a time -> one row of chunks. */
+    /* A matmul weight, 32 rows at a time: one row of Q4_1 chunks (Q4NX), or the
+     * same 32 rows as BF16 (HF). The rows drawn are already BF16 values, so the
+     * HF file holds exactly what the quantizer of the Q4NX file was given, and
+     * `convert` of the HF file reproduces the Q4NX file. */
     size_t cols = (size_t)t->cols;
-    size_t block_bytes = (size_t)((t->cols + 255) / 256) * Q4NX_CHUNK_BYTES;
+    bool q4 = t->kind == Q4NX_Q4_1;
+    size_t block_bytes = q4 ? (size_t)((t->cols + 255) / 256) * Q4NX_CHUNK_BYTES : 32 * cols * 2;
     float scale = g->scale;
     rows = malloc(32 * cols * sizeof *rows);
     out = malloc(block_bytes);
@@ -194,19 +209,27 @@ static int emit(struct q4nx_writer *w, const struct q4nx_tensor *t, const struct
         fill_rows(&rng, base, (size_t)base_rows * cols, scale);
     }
     for (int64_t r0 = 0; r0 < t->rows; r0 += 32) {
+        /* Q4_1 shapes have rows % 32 == 0 (q4nx_writer_open checked). */
+        int64_t nr = t->rows - r0 < 32 ? t->rows - r0 : 32;
         if (base) {
-            for (int64_t r = 0; r < 32; r++) {
+            for (int64_t r = 0; r < nr; r++) {
                 int64_t R = r0 + r, head = R / g->head_dim / g->rep_head;
                 int64_t src = head * g->head_dim + R % g->head_dim;
                 memcpy(rows + r * (int64_t)cols, base + (size_t)src * cols, cols * sizeof *rows);
             }
         } else {
-            fill_rows(&rng, rows, 32 * cols, scale);
+            fill_rows(&rng, rows, (size_t)nr * cols, scale);
         }
-        q4nx_pack_rowblock(rows, t->cols, out);
-        if ((rc = q4nx_writer_append(w, out, block_bytes)))
+        size_t nb = block_bytes;
+        if (q4) {
+            q4nx_pack_rowblock(rows, t->cols, out);
+        } else {
+            nb = (size_t)nr * cols * 2;
+            put_bf16_rows(rows, (size_t)nr * cols, out);
+        }
+        if ((rc = q4nx_writer_append(w, out, nb)))
             goto out;
-        progress_add(pr, block_bytes);
+        progress_add(pr, nb);
     }
     rc = 0;
 out:
@@ -218,71 +241,65 @@ out:
 
 /* ---- the pack --------------------------------------------------------------- */
 
-static const char *const layer_names[] = {
-    "input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-    "self_attn.o_proj", "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj",
-    "mlp.down_proj",
-};
+enum gen_format { GEN_Q4NX, GEN_HF };
 
-/* The tensor list in file order, with how each is drawn. Matmuls get std
- * 1/sqrt(in) so activations keep about unit scale through every layer; norms are
- * 1 +- 2 % so they matter but do not blow anything up. */
-static size_t layout(const struct gen_preset *p, int kv_heads, struct q4nx_tensor *t,
-                     struct gen_tensor *g)
+/* The tensor list in file order (layout.c), with how each is drawn. Matmuls get
+ * std 1/sqrt(in) so activations keep about unit scale through every layer; norms
+ * are 1 +- 2 % so they matter but do not blow anything up. The Q4NX and the HF
+ * pack of one preset and seed draw the same numbers: only the storage differs. */
+static size_t layout(const struct gen_preset *p, int kv_heads, enum gen_format fmt,
+                     struct q4nx_tensor *t, struct gen_tensor *g)
 {
-    size_t n = 0;
-    int64_t h = p->hidden, q = (int64_t)p->heads * p->head_dim;
-    int64_t kv = (int64_t)kv_heads * p->head_dim;
-#define ADD(NAME, KIND, ROWS, COLS, INIT, SCALE, REP)                                      \
-    do {                                                                                   \
-        t[n] = (struct q4nx_tensor){.kind = (KIND), .rows = (ROWS), .cols = (COLS)};        \
-        snprintf(t[n].name, sizeof t[n].name, "%s", (NAME));                               \
-        g[n] = (struct gen_tensor){(INIT), (SCALE), (REP), p->head_dim};                   \
-        n++;                                                                               \
-    } while (0)
-    ADD("model.embed_tokens.weight", Q4NX_BF16, p->vocab, h, INIT_EMBED, 1.0f, 1);
-    for (int l = 0; l < p->layers; l++) {
-        for (size_t k = 0; k < sizeof layer_names / sizeof *layer_names; k++) {
-            char name[96];
-            snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, layer_names[k]);
-            switch (k) {
-            case 0: case 5: ADD(name, Q4NX_BF16, 0, h, INIT_NORM, 0.02f, 1); break;
-            case 1: ADD(name, Q4NX_Q4_1, q, h, INIT_MATMUL, 1.0f / sqrtf((float)h), 1); break;
-            case 2: case 3:
-                ADD(name, Q4NX_Q4_1, kv, h, INIT_MATMUL, 1.0f / sqrtf((float)h),
-                    kv_heads / p->kv_heads);
-                break;
-            case 4: ADD(name, Q4NX_Q4_1, h, q, INIT_MATMUL, 1.0f / sqrtf((float)q), 1); break;
-            case 6: case 7:
-                ADD(name, Q4NX_Q4_1, p->ffn, h, INIT_MATMUL, 1.0f / sqrtf((float)h), 1);
-                break;
-            default:
-                ADD(name, Q4NX_Q4_1, h, p->ffn, INIT_MATMUL, 1.0f / sqrtf((float)p->ffn), 1);
-                break;
-            }
-        }
+    struct pack_arch a = {.hidden = p->hidden, .layers = p->layers, .heads = p->heads,
+                          .kv_heads = kv_heads, .head_dim = p->head_dim, .ffn = p->ffn,
+                          .vocab = p->vocab};
+    struct pack_spec *s = calloc(pack_layout_count(&a), sizeof *s);
+    if (!s)
+        return 0;
+    size_t n = pack_layout(&a, s);
+    for (size_t i = 0; i < n; i++) {
+        bool mm = pack_role_is_matmul(s[i].role);
+        t[i] = (struct q4nx_tensor){.kind = mm && fmt == GEN_Q4NX ? Q4NX_Q4_1 : Q4NX_BF16,
+                                    .rows = s[i].rows, .cols = s[i].cols};
+        snprintf(t[i].name, sizeof t[i].name, "%s", s[i].name);
+        if (s[i].role == ROLE_EMBED)
+            g[i] = (struct gen_tensor){INIT_EMBED, 1.0f, 1, p->head_dim};
+        else if (!mm)
+            g[i] = (struct gen_tensor){INIT_NORM, 0.02f, 1, p->head_dim};
+        else
+            g[i] = (struct gen_tensor){INIT_MATMUL, 1.0f / sqrtf((float)s[i].cols),
+                                       s[i].role == ROLE_K || s[i].role == ROLE_V
+                                           ? kv_heads / p->kv_heads : 1,
+                                       p->head_dim};
     }
-    ADD("model.norm.weight", Q4NX_BF16, 0, h, INIT_NORM, 0.02f, 1);
-    ADD("lm_head.weight", Q4NX_Q4_1, p->vocab, h, INIT_MATMUL, 1.0f / sqrtf((float)h), 1);
-#undef ADD
+    free(s);
     return n;
 }
 
+static const char *weights_file(enum gen_format fmt)
+{
+    return fmt == GEN_HF ? "model.safetensors" : "model.q4nx";
+}
+
 static int write_weights(const char *dir, const struct gen_preset *p, int kv_heads,
-                         uint64_t seed, uint64_t *bytes)
+                         enum gen_format fmt, uint64_t seed, uint64_t *bytes)
 {
     size_t cap = 3 + 9 * (size_t)p->layers;
     struct q4nx_tensor *t = calloc(cap, sizeof *t);
     struct gen_tensor *g = calloc(cap, sizeof *g);
     struct q4nx_writer w = {0};
-    char tmp[4096], path[4096];
+    char tmp[4096 + 8], path[4096];
     int rc = -ENOMEM;
 
-    snprintf(path, sizeof path, "%s/model.q4nx", dir);
-    snprintf(tmp, sizeof tmp, "%s/model.q4nx.tmp", dir);
+    snprintf(path, sizeof path, "%s/%s", dir, weights_file(fmt));
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
     if (!t || !g)
         goto out;
-    size_t n = layout(p, kv_heads, t, g);
+    size_t n = layout(p, kv_heads, fmt, t, g);
+    if (n == 0)
+        goto out;
+    /* An HF checkpoint is the same safetensors container with every tensor
+     * BF16 [out, in] (vectors [n]): the Q4NX writer with no Q4_1 tensors. */
     if ((rc = q4nx_writer_open(&w, tmp, t, n)))
         goto out;
     struct progress pr = {.total = t[n - 1].end, .next = t[n - 1].end / 20, .t0 = now()};
@@ -306,28 +323,26 @@ out:
     return rc;
 }
 
-/* mkdir -p: gen's output directory may be several levels new (build/packs/tiny). */
-static int mkdir_p(const char *dir)
+/* Weights of the other format left by an earlier run into the same directory
+ * would be loaded instead of (model.q4nx) or along with the new ones: remove. */
+static void remove_stale_weights(const char *dir, enum gen_format fmt)
 {
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
-        return -ENAMETOOLONG;
-    for (char *s = path + 1; *s; s++) {
-        if (*s != '/')
+    static const char *const names[] = {"model.q4nx", "model.safetensors",
+                                        "model.safetensors.index.json"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char path[4096];
+        if (strcmp(names[i], weights_file(fmt)) == 0)
             continue;
-        *s = '\0';
-        if (mkdir(path, 0755) != 0 && errno != EEXIST)
-            return -errno;
-        *s = '/';
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        if (remove(path) == 0)
+            fprintf(stderr, "minicpmd-pack gen: removed %s (weights of another format)\n", path);
     }
-    if (mkdir(path, 0755) != 0 && errno != EEXIST)
-        return -errno;
-    return 0;
 }
 
 static void usage(FILE *f)
 {
-    fprintf(f, "Usage: minicpmd-pack gen --preset P --seed S --out DIR [--kv-heads N] [--no-weights]\n\n"
+    fprintf(f, "Usage: minicpmd-pack gen --preset P --seed S --out DIR [--kv-heads N]\n"
+               "                          [--format q4nx|hf] [--no-weights]\n\n"
                "Presets:\n");
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
         const struct gen_preset *p = &presets[i];
@@ -335,7 +350,11 @@ static void usage(FILE *f)
                 p->name, p->hidden, p->layers, p->heads, p->kv_heads, p->head_dim, p->ffn,
                 p->vocab, p->about);
     }
-    fprintf(f, "--no-weights writes everything but model.q4nx (e.g. the 2b tokenizer alone).\n");
+    fprintf(f, "--format q4nx (default) writes model.q4nx: BF16 embedding and norms, Q4_1\n"
+               "chunks for every matmul weight. --format hf writes the same random weights\n"
+               "(the numbers the Q4_1 was made from) as a Hugging Face BF16 model.safetensors;\n"
+               "`convert` of that gives back the same model.q4nx byte for byte.\n");
+    fprintf(f, "--no-weights writes everything but the weights (e.g. the 2b tokenizer alone).\n");
     fprintf(f, "--kv-heads N replicates the K/V heads to N (a multiple of the preset's,\n"
                "dividing the query heads), as NPU packs do; the model computes the same.\n");
 }
@@ -345,6 +364,7 @@ int pack_cmd_gen(int argc, char **argv)
     const struct gen_preset *p = NULL;
     const char *dir = NULL, *seed_s = NULL;
     int kv_heads = 0;
+    enum gen_format fmt = GEN_Q4NX;
     bool weights = true;
     char err[512];
     int rc;
@@ -378,6 +398,15 @@ int pack_cmd_gen(int argc, char **argv)
             dir = v;
         } else if (strcmp(a, "--kv-heads") == 0) {
             kv_heads = atoi(v);
+        } else if (strcmp(a, "--format") == 0) {
+            if (strcmp(v, "q4nx") == 0) {
+                fmt = GEN_Q4NX;
+            } else if (strcmp(v, "hf") == 0) {
+                fmt = GEN_HF;
+            } else {
+                fprintf(stderr, "minicpmd-pack gen: --format must be q4nx or hf\n");
+                return 2;
+            }
         } else {
             fprintf(stderr, "minicpmd-pack gen: unknown option '%s' (see --help)\n", a);
             return 2;
@@ -401,7 +430,7 @@ int pack_cmd_gen(int argc, char **argv)
                 kv_heads, p->kv_heads, p->heads);
         return 2;
     }
-    if ((rc = mkdir_p(dir))) {
+    if ((rc = pack_mkdir_p(dir))) {
         fprintf(stderr, "minicpmd-pack gen: %s: %s\n", dir, strerror(-rc));
         return 1;
     }
@@ -417,12 +446,14 @@ int pack_cmd_gen(int argc, char **argv)
         (rc = write_json(dir, "tokenizer_config.json", tokenizer_config_json(p))) ||
         (rc = write_json(dir, "generation_config.json", generation_config_json(p))) ||
         (rc = write_template(dir)) ||
-        (weights && (rc = write_weights(dir, p, kv_heads, seed, &bytes))))
+        (weights && (rc = write_weights(dir, p, kv_heads, fmt, seed, &bytes))))
         return 1;
     if (weights)
-        fprintf(stderr, "minicpmd-pack gen: %s pack (seed %llu%s) in %s: model.q4nx %.1f MB, %.1f s\n",
+        remove_stale_weights(dir, fmt);
+    if (weights)
+        fprintf(stderr, "minicpmd-pack gen: %s pack (seed %llu%s) in %s: %s %.1f MB, %.1f s\n",
                 p->name, seed, kv_heads != p->kv_heads ? ", replicated KV heads" : "", dir,
-                (double)bytes / 1e6, now() - t0);
+                weights_file(fmt), (double)bytes / 1e6, now() - t0);
     else
         fprintf(stderr, "minicpmd-pack gen: %s pack without weights in %s, %.1f s\n", p->name, dir,
                 now() - t0);

@@ -19,8 +19,17 @@ static const struct {
     {"template", pack_cmd_template,
      "template PACK               OpenAI chat request JSON on stdin -> the rendered prompt"},
     {"gen", pack_cmd_gen,
-     "gen --preset P --seed S --out DIR [--kv-heads N]\n"
-     "                             write a pack with random weights (presets: gen --help)"},
+     "gen --preset P --seed S --out DIR [--kv-heads N] [--format q4nx|hf]\n"
+     "                             write a pack with random weights (presets: gen --help);\n"
+     "                             --format hf: the same weights as a BF16 HF checkpoint"},
+    {"inspect", pack_cmd_inspect,
+     "inspect DIR [--json] [--strict]\n"
+     "                             architecture, files, tensors, totals and problems of a pack\n"
+     "                             (exit 1 when it has an error)"},
+    {"convert", pack_cmd_convert,
+     "convert HF_DIR OUT_DIR [--kv-heads N]\n"
+     "                             HF BF16 checkpoint -> Q4NX pack (Q4_1 matmuls, BF16 embedding\n"
+     "                             and norms); --kv-heads: replicate K/V heads (NPU packs)"},
 };
 
 static void usage(FILE *out)

@@ -6,5 +6,7 @@
 int pack_cmd_tokenize(int argc, char **argv);  /* tokenize DIR|tokenizer.json [--decode] */
 int pack_cmd_template(int argc, char **argv);  /* template DIR|chat_template.jinja */
 int pack_cmd_gen(int argc, char **argv);       /* gen --preset P --seed S --out DIR */
+int pack_cmd_inspect(int argc, char **argv);   /* inspect DIR [--json] [--strict] */
+int pack_cmd_convert(int argc, char **argv);   /* convert HF_DIR OUT_DIR [--kv-heads N] */
 
 #endif
