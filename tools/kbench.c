@@ -9,8 +9,23 @@
  *
  * Usage: minicpmd-kbench [reps]   (default 200 matvecs per shape and path)
  * KBENCH_HOT=1 reuses one copy of each matrix instead (cache-resident: the
- * kernel's compute ceiling rather than the DRAM-fed rate). */
+ * kernel's compute ceiling rather than the DRAM-fed rate).
+ *
+ * minicpmd-kbench pool [threads] [regions]   (default 2 threads, 1000000 regions)
+ * instead times the compute pool: ns per empty region back to back (the decode
+ * case, workers spinning; median of batches, and the mean), and per region
+ * opened after the workers have gone to sleep (the futex wake-up path).
+ *
+ * minicpmd-kbench gemm [reps]   (default 15)
+ * instead times the prefill matmul (eng_matmul_q4_1_q8_rows, one thread) on the
+ * MiniCPM5-2B shapes for 1, 16, 64 and 512 tokens: median (and best) GMAC/s over
+ * up to reps calls, each on a fresh copy of the weights (so they come from DRAM
+ * once per call, as in prefill), beside the vpdpbusd peak of this core (best of a
+ * tight loop of independent vpdpbusd zmm, 64 MACs each) and the ratio to it. Both
+ * are timed in thread CPU time, so a busy machine's other processes do not count.
+ * x is quantized outside the timing (eng_q8x_quantize_batch, printed apart). */
 #include "engine/kernels.h"
+#include "engine/pool.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,8 +138,195 @@ static void bench_shape(int out, int in, int reps)
     free(w), free(x), free(y), free(xq.q), free(xq.d), free(xq.sum), free(t);
 }
 
+static void empty_region(void *ctx, int ith, int nth)
+{
+    (void)ctx, (void)ith, (void)nth;
+}
+
+static int bench_pool(int threads, long regions)
+{
+    eng_pool *p = NULL;
+    int rc = eng_pool_new(threads, &p);
+    if (rc) {
+        fprintf(stderr, "kbench: eng_pool_new: %d\n", rc);
+        return 1;
+    }
+    for (int r = 0; r < 1000; r++) /* workers up and spinning */
+        eng_pool_run(p, empty_region, NULL);
+    /* Batches of 1000: the median batch is what a region costs when nothing
+     * else wants the CPUs; the overall mean includes every preemption. */
+    long nb = regions / 1000 > 0 ? regions / 1000 : 1;
+    double *batch = malloc((size_t)nb * sizeof *batch);
+    if (!batch) {
+        eng_pool_free(p);
+        return 1;
+    }
+    double t0 = now();
+    for (long b = 0; b < nb; b++) {
+        double t1 = now();
+        for (int r = 0; r < 1000; r++)
+            eng_pool_run(p, empty_region, NULL);
+        batch[b] = (now() - t1) / 1000;
+    }
+    double hot = (now() - t0) / (double)(nb * 1000), hot_med = median(batch, (int)nb);
+    free(batch);
+
+    /* 5 ms apart: past the spin budget, so every region wakes sleeping workers. */
+    enum { COLD = 200 };
+    double cold = 0;
+    for (int r = 0; r < COLD; r++) {
+        nanosleep(&(struct timespec){ 0, 5 * 1000 * 1000 }, NULL);
+        double t1 = now();
+        eng_pool_run(p, empty_region, NULL);
+        cold += now() - t1;
+    }
+    printf("pool, %d threads: %.0f ns per empty region back to back (median of %ld batches of "
+           "1000; mean %.0f ns); %.1f us from sleep (mean of %d)\n",
+           eng_pool_size(p), hot_med * 1e9, nb, hot * 1e9, cold / COLD * 1e6, COLD);
+    eng_pool_free(p);
+    return 0;
+}
+
+/* ---- gemm: the prefill matmul against the vpdpbusd peak --------------------- */
+
+/* This thread's CPU time: the machine may be shared, and a compute-bound kernel
+ * should not be charged for the time it spent descheduled. */
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Independent vpdpbusd zmm per second: 12 accumulators (more than latency x
+ * throughput on current cores) on register operands, best of 7 rounds. Inline asm
+ * so the compiler can neither fold nor reorder it; 0 without AVX-512 VNNI. */
+static double vpdpbusd_peak(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (!eng_isa_has_vnni())
+        return 0;
+    const long iters = 10 * 1000 * 1000; /* x 12 instructions */
+    double best = 0;
+    for (int round = 0; round < 7; round++) {
+        long n = iters;
+        double t0 = cpu_now();
+        __asm__ volatile(
+            "vpternlogd $0xff, %%zmm12, %%zmm12, %%zmm12\n\t"
+            "vpxord %%zmm13, %%zmm13, %%zmm13\n\t"
+            "1:\n\t"
+            "vpdpbusd %%zmm13, %%zmm12, %%zmm0\n\t"
+            "vpdpbusd %%zmm13, %%zmm12, %%zmm1\n\t"
+            "vpdpbusd %%zmm13, %%zmm12, %%zmm2\n\t"
+            "vpdpbusd %%zmm13, %%zmm12, %%zmm3\n\t"
+            "vpdpbusd %%zmm13, %%zmm12, %%zmm4\n\t"
+            "vpdpbusd %%zmm13, %%zmm12, %%zmm5\n\t"
+            "vpdpbusd %%zmm13, %%zmm12, %%zmm6\n\t"
+            "vpdpbusd %%zmm13, %%zmm12, %%zmm7\n\t"
+            "vpdpbusd %%zmm13, %%zmm12, %%zmm8\n\t"
+            "vpdpbusd %%zmm13, %%zmm12, %%zmm9\n\t"
+            "vpdpbusd %%zmm13, %%zmm12, %%zmm10\n\t"
+            "vpdpbusd %%zmm13, %%zmm12, %%zmm11\n\t"
+            "dec %0\n\t"
+            "jnz 1b\n\t"
+            "vzeroupper\n\t"
+            : "+r"(n)
+            :
+            : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+              "xmm10", "xmm11", "xmm12", "xmm13", "cc");
+        double r = (double)iters * 12 / (cpu_now() - t0);
+        if (r > best)
+            best = r;
+    }
+    return best;
+#else
+    return 0;
+#endif
+}
+
+static void bench_gemm_shape(int out, int in, int reps, double peak_gmacs)
+{
+    static const int ntoks[] = { 1, 16, 64, 512 };
+    int ncol = (in + 255) / 256, cols = eng_q8x_cols(in), max_tok = 512;
+    size_t mbytes = (size_t)(out / 32) * ncol * ENG_Q4_1_CHUNK_BYTES;
+    int copies = (int)((256u << 20) / mbytes) + 1; /* > 256 MB: past any cache */
+    uint8_t *w = malloc(mbytes * copies);
+    float *x = malloc((size_t)max_tok * in * sizeof *x), *y = malloc((size_t)max_tok * out * sizeof *y);
+    struct eng_q8x xq = { malloc((size_t)max_tok * cols), malloc((size_t)max_tok * cols / 32 * sizeof(float)),
+                          malloc((size_t)max_tok * cols / 32 * sizeof(float)) };
+    double *t = malloc((size_t)reps * sizeof *t);
+    if (!w || !x || !y || !xq.q || !xq.d || !xq.sum || !t) {
+        fprintf(stderr, "kbench: out of memory\n");
+        exit(1);
+    }
+    uint64_t st = 88172645463325252ull;
+    for (size_t i = 0; i < mbytes * copies; i += ENG_Q4_1_CHUNK_BYTES) {
+        for (int k = 0; k < 256; k++) {
+            memcpy(w + i + 2 * k, &(uint16_t){ 0x3C24 }, 2);
+            memcpy(w + i + 512 + 2 * k, &(uint16_t){ 0xBDA4 }, 2);
+        }
+        for (int k = 1024; k < ENG_Q4_1_CHUNK_BYTES; k += 8) {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            memcpy(w + i + k, &st, 8);
+        }
+    }
+    for (int i = 0; i < max_tok * in; i++)
+        x[i] = (float)(rand() % 2001 - 1000) / 1000.0f;
+
+    for (size_t k = 0; k < sizeof ntoks / sizeof *ntoks; k++) {
+        int n_tok = ntoks[k];
+        double macs = (double)out * in * n_tok;
+        eng_q8x_quantize_batch(&xq, x, in, in, n_tok); /* first touch of xq */
+        double tq0 = cpu_now();
+        eng_q8x_quantize_batch(&xq, x, in, in, n_tok);
+        double tq = cpu_now() - tq0;
+        memset(y, 0, (size_t)n_tok * out * sizeof *y);
+        /* at least 3 calls, at most reps, about half a second when they are slow */
+        int n = (int)(0.5 / (macs / 100e9)) + 1;
+        n = n < 3 ? 3 : n > reps ? reps : n;
+        for (int r = 0; r < n; r++) {
+            const uint8_t *wc = w + mbytes * (size_t)(r % copies);
+            double t0 = cpu_now();
+            eng_matmul_q4_1_q8_rows(wc, in, 0, out, &xq, n_tok, y, out);
+            t[r] = cpu_now() - t0;
+        }
+        double best = t[0];
+        for (int r = 1; r < n; r++)
+            best = t[r] < best ? t[r] : best;
+        double med = median(t, n), g = macs / med / 1e9, gb = macs / best / 1e9;
+        printf("gemm %5dx%-5d n_tok %3d: %9.1f us  %6.1f GMAC/s (best %6.1f)", out, in, n_tok, med * 1e6, g, gb);
+        if (peak_gmacs > 0)
+            printf("  %4.2f of peak (best %4.2f)", g / peak_gmacs, gb / peak_gmacs);
+        printf("  | quantize %.1f us\n", tq * 1e6);
+    }
+    free(w), free(x), free(y), free(xq.q), free(xq.d), free(xq.sum), free(t);
+}
+
+static int bench_gemm(int reps)
+{
+    double peak = vpdpbusd_peak() * 64 / 1e9;
+    printf("gemm, one thread, ISA %s%s, thread CPU time, median of up to %d calls\n", eng_isa_name(eng_kernels_isa()),
+           eng_kernels_isa() == ENG_ISA_AVX512 && eng_isa_has_vnni() ? " + VNNI" : " (scalar int8 matmul)", reps);
+    if (peak > 0)
+        printf("vpdpbusd zmm peak: %.1f GMAC/s (%.2f G instructions/s)\n", peak, peak / 64);
+    bench_gemm_shape(2048, 2048, reps, peak); /* q_proj, o_proj */
+    bench_gemm_shape(256, 2048, reps, peak);  /* k_proj, v_proj */
+    bench_gemm_shape(6144, 2048, reps, peak); /* gate, up */
+    bench_gemm_shape(2048, 6144, reps, peak); /* down */
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "pool") == 0) {
+        int threads = argc > 2 ? atoi(argv[2]) : 2;
+        long regions = argc > 3 ? atol(argv[3]) : 1000000;
+        return bench_pool(threads, regions < 1 ? 1 : regions);
+    }
+    if (argc > 1 && strcmp(argv[1], "gemm") == 0) {
+        int reps = argc > 2 ? atoi(argv[2]) : 15;
+        return bench_gemm(reps < 3 ? 3 : reps);
+    }
     int reps = argc > 1 ? atoi(argv[1]) : 200;
     if (reps < 1)
         reps = 1;

@@ -1,0 +1,325 @@
+/* minicpmd-bench: how fast the CPU forward pass runs on a pack, and how close
+ * that is to what the machine allows.
+ *
+ *   minicpmd-bench PACKDIR [--threads N] [--prompt N] [--gen N] [--reps N]
+ *                          [--act q8|f32] [--json]
+ *
+ * Prefill: one eng_seq_forward() of an N-token prompt (random ids, fixed seed).
+ * Decode: greedy argmax after that prompt, one token per eng_seq_forward().
+ * Each is repeated --reps times on a fresh sequence; the medians are reported.
+ *
+ * Next to them, in the same run and with the same thread count, the machine's
+ * roofs (tools/bench/roof.h): decode reads every weight once per token, so its
+ * ceiling is read bandwidth / weight bytes per token; prefill is matmul-bound,
+ * so its ceiling is the int8 MAC peak (f32 activations: the FMA peak, one MAC
+ * per FMA lane) / MACs per token. The ratios say how much is left on the table.
+ *
+ * Exit status: 0, or 1 with one line on stderr. */
+#include "engine/engine.h"
+#include "engine/model.h"
+#include "tools/bench/roof.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define BENCH_ROOF_BYTES ((size_t)1 << 30) /* far past any cache */
+#define BENCH_ROOF_REPS 5
+#define BENCH_ROOF_SECONDS 0.5
+#define BENCH_SEED 0x6d696e69637075ull
+
+struct bench_opts {
+    const char *dir;
+    int threads, prompt, gen, reps, json;
+    enum eng_act act;
+};
+
+struct bench_result {
+    double prefill_tps, decode_tps;       /* medians, tokens per second */
+    double roof_gbs, roof_int8_macs, roof_f32_flops;
+};
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static int32_t argmax(const float *v, int n)
+{
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[best])
+            best = i;
+    return best;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "Usage: minicpmd-bench PACKDIR [--threads N] [--prompt N (512)] [--gen N (64)]\n"
+               "                      [--reps N (3)] [--act q8|f32] [--json]\n"
+               "Prefill and decode tokens/s of the CPU forward pass, medians over --reps,\n"
+               "against the machine's read-bandwidth and int8/f32 compute roofs.\n"
+               "--threads 0 (the default) uses every online CPU.\n");
+}
+
+static int parse_int(const char *name, const char *v, int lo, int *out)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > 1 << 24) {
+        fprintf(stderr, "minicpmd-bench: --%s wants an integer >= %d, not '%s'\n", name, lo, v);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, struct bench_opts *o)
+{
+    static const struct option longopts[] = {
+        {"threads", required_argument, NULL, 't'}, {"prompt", required_argument, NULL, 'p'},
+        {"gen", required_argument, NULL, 'g'},     {"reps", required_argument, NULL, 'r'},
+        {"act", required_argument, NULL, 'a'},     {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+    };
+    *o = (struct bench_opts){ .prompt = 512, .gen = 64, .reps = 3, .act = ENG_ACT_Q8 };
+    int c, rc = 0;
+    while (rc == 0 && (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 't':
+            rc = parse_int("threads", optarg, 0, &o->threads);
+            break;
+        case 'p':
+            rc = parse_int("prompt", optarg, 1, &o->prompt);
+            break;
+        case 'g':
+            rc = parse_int("gen", optarg, 1, &o->gen);
+            break;
+        case 'r':
+            rc = parse_int("reps", optarg, 1, &o->reps);
+            break;
+        case 'a':
+            if (strcmp(optarg, "q8") == 0) {
+                o->act = ENG_ACT_Q8;
+            } else if (strcmp(optarg, "f32") == 0) {
+                o->act = ENG_ACT_F32;
+            } else {
+                fprintf(stderr, "minicpmd-bench: --act wants q8 or f32, not '%s'\n", optarg);
+                rc = -1;
+            }
+            break;
+        case 'j':
+            o->json = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            exit(0);
+        default:
+            rc = -1;
+            break;
+        }
+    }
+    if (rc == 0 && optind != argc - 1) {
+        usage(stderr);
+        rc = -1;
+    }
+    if (rc == 0)
+        o->dir = argv[optind];
+    return rc;
+}
+
+/* The roofs, on a pool of the model's size. The model's own pool is idle (its
+ * workers asleep) meanwhile, so the two do not compete. */
+static int measure_roofs(int threads, struct bench_result *r)
+{
+    eng_pool *pool = NULL;
+    int rc = eng_pool_new(threads, &pool);
+    if (rc) {
+        fprintf(stderr, "minicpmd-bench: cannot start %d threads: %s\n", threads, strerror(-rc));
+        return -1;
+    }
+    r->roof_gbs = roof_read_bandwidth(pool, BENCH_ROOF_BYTES, BENCH_ROOF_REPS);
+    r->roof_int8_macs = roof_int8_macs(pool, BENCH_ROOF_SECONDS);
+    r->roof_f32_flops = roof_f32_flops(pool, BENCH_ROOF_SECONDS);
+    eng_pool_free(pool);
+    if (r->roof_gbs <= 0) {
+        fprintf(stderr, "minicpmd-bench: cannot allocate %zu bytes for the bandwidth roof\n",
+                BENCH_ROOF_BYTES);
+        return -1;
+    }
+    return 0;
+}
+
+/* --reps rounds of: a fresh sequence, the prompt in one forward call, then
+ * o->gen greedy tokens one call each. */
+static int measure_model(eng_model *m, const struct bench_opts *o, struct bench_result *r)
+{
+    const struct eng_model_info *info = eng_model_get_info(m);
+    int n_vocab = info->hp.n_vocab, rc = -1;
+    int32_t *prompt = malloc((size_t)o->prompt * sizeof *prompt);
+    float *logits = malloc((size_t)n_vocab * sizeof *logits);
+    double *tp = malloc((size_t)o->reps * sizeof *tp), *td = malloc((size_t)o->reps * sizeof *td);
+    eng_seq *s = NULL;
+    char err[256];
+
+    if (!prompt || !logits || !tp || !td) {
+        fprintf(stderr, "minicpmd-bench: out of memory\n");
+        goto out;
+    }
+    /* splitmix64: the same prompt on every machine and every run. */
+    uint64_t x = BENCH_SEED;
+    for (int i = 0; i < o->prompt; i++) {
+        uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        prompt[i] = (int32_t)((z ^ (z >> 31)) % (uint64_t)n_vocab);
+    }
+
+    /* One untimed token first: it faults the mapped weights in (and reads them
+     * from disk if they are not cached), which no rep should pay for. */
+    if ((rc = eng_seq_new(m, 1, &s, err, sizeof err)) ||
+        (rc = eng_seq_forward(s, prompt, 1, logits))) {
+        fprintf(stderr, "minicpmd-bench: warm-up: %s\n", s ? eng_seq_error(s) : err);
+        goto out;
+    }
+    eng_seq_free(s);
+    s = NULL;
+
+    for (int rep = 0; rep < o->reps; rep++) {
+        if ((rc = eng_seq_new(m, o->prompt + o->gen, &s, err, sizeof err))) {
+            fprintf(stderr, "minicpmd-bench: sequence of %d positions: %s\n", o->prompt + o->gen, err);
+            goto out;
+        }
+        double t0 = now();
+        if ((rc = eng_seq_forward(s, prompt, o->prompt, logits))) {
+            fprintf(stderr, "minicpmd-bench: prefill: %s\n", eng_seq_error(s));
+            goto out;
+        }
+        double t1 = now();
+        for (int i = 0; i < o->gen; i++) {
+            int32_t tok = argmax(logits, n_vocab);
+            if ((rc = eng_seq_forward(s, &tok, 1, logits))) {
+                fprintf(stderr, "minicpmd-bench: decode step %d: %s\n", i, eng_seq_error(s));
+                goto out;
+            }
+        }
+        double t2 = now();
+        tp[rep] = (double)o->prompt / (t1 - t0);
+        td[rep] = (double)o->gen / (t2 - t1);
+        eng_seq_free(s);
+        s = NULL;
+    }
+    r->prefill_tps = median(tp, o->reps);
+    r->decode_tps = median(td, o->reps);
+    rc = 0;
+out:
+    eng_seq_free(s);
+    free(td);
+    free(tp);
+    free(logits);
+    free(prompt);
+    return rc;
+}
+
+static void report(const struct bench_opts *o, const struct eng_pack_info *pi,
+                   const struct eng_model_info *mi, const struct bench_result *r)
+{
+    double bytes = (double)mi->weight_bytes_per_token, macs = (double)mi->macs_per_token;
+    double gbs = r->decode_tps * bytes / 1e9;
+    double gmacs = r->prefill_tps * macs / 1e9;
+    /* The compute roof the prefill matmuls can use: int8 MACs with q8
+     * activations, FMA lanes (2 FLOPs = 1 MAC) with f32 ones. */
+    double roof_gmacs = (o->act == ENG_ACT_Q8 ? r->roof_int8_macs : r->roof_f32_flops / 2) / 1e9;
+    const char *act = o->act == ENG_ACT_Q8 ? "q8" : "f32";
+
+    if (o->json) {
+        json_t *j = json_pack(
+            "{s:s, s:s, s:s, s:i, s:s, s:s, s:i, s:i, s:i, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f,"
+            " s:f, s:f, s:f, s:s}",
+            "pack", pi->dir, "model_type", pi->model_type, "format",
+            eng_weights_format_name(pi->format), "threads", mi->n_threads, "isa", mi->isa, "act",
+            act, "prompt_tokens", o->prompt, "gen_tokens", o->gen, "reps", o->reps,
+            "weight_bytes_per_token", (json_int_t)mi->weight_bytes_per_token, "macs_per_token",
+            (json_int_t)mi->macs_per_token, "prefill_tok_s", r->prefill_tps, "decode_tok_s",
+            r->decode_tps, "decode_gb_s", gbs, "roof_read_gb_s", r->roof_gbs, "decode_bw_ratio",
+            gbs / r->roof_gbs, "prefill_gmac_s", gmacs, "roof_int8_gmac_s", r->roof_int8_macs / 1e9,
+            "roof_f32_gflop_s", r->roof_f32_flops / 1e9, "prefill_compute_ratio",
+            gmacs / roof_gmacs, "roof_isa", roof_isa_name());
+        if (!j) {
+            fprintf(stderr, "minicpmd-bench: cannot build the JSON report\n");
+            return;
+        }
+        json_dumpf(j, stdout, JSON_COMPACT | JSON_REAL_PRECISION(6));
+        putchar('\n');
+        json_decref(j);
+        return;
+    }
+    printf("pack            %s (%s, %s)\n", pi->dir, pi->model_type, eng_weights_format_name(pi->format));
+    printf("threads         %d, kernels %s, roofs %s\n", mi->n_threads, mi->isa, roof_isa_name());
+    printf("per token       %.1f MB weights read, %.3f G MACs\n", bytes / 1e6, macs / 1e9);
+    printf("decode          %8.2f tok/s  %7.2f GB/s  = %5.1f%% of %.2f GB/s read roof\n",
+           r->decode_tps, gbs, 100 * gbs / r->roof_gbs, r->roof_gbs);
+    printf("prefill         %8.2f tok/s  %7.1f GMAC/s = %5.1f%% of %.1f GMAC/s %s roof\n",
+           r->prefill_tps, gmacs, 100 * gmacs / roof_gmacs, roof_gmacs,
+           o->act == ENG_ACT_Q8 ? "int8" : "f32 FMA");
+    printf("roofs           read %.2f GB/s (best of %d), int8 %.1f GMAC/s, f32 %.1f GFLOP/s\n",
+           r->roof_gbs, BENCH_ROOF_REPS, r->roof_int8_macs / 1e9, r->roof_f32_flops / 1e9);
+    printf("(prompt %d tokens, %d generated; medians of %d)\n", o->prompt, o->gen, o->reps);
+}
+
+int main(int argc, char **argv)
+{
+    struct bench_opts o;
+    struct bench_result r = { 0 };
+    eng_pack *pack = NULL;
+    eng_model *model = NULL;
+    char err[512];
+    int rc = 1;
+
+    if (parse_args(argc, argv, &o))
+        return 1;
+    if (eng_pack_open(o.dir, &pack, err, sizeof err)) {
+        fprintf(stderr, "minicpmd-bench: %s\n", err);
+        goto out;
+    }
+    const struct eng_pack_info *pi = eng_pack_get_info(pack);
+    if (o.prompt + o.gen > pi->hp.n_ctx_train) {
+        fprintf(stderr, "minicpmd-bench: --prompt + --gen = %d exceeds the model's context of %d\n",
+                o.prompt + o.gen, pi->hp.n_ctx_train);
+        goto out;
+    }
+    struct eng_model_opts mo = { .n_threads = o.threads, .act = o.act };
+    if (eng_model_open(pack, &mo, &model, err, sizeof err)) {
+        fprintf(stderr, "minicpmd-bench: %s\n", err);
+        goto out;
+    }
+    const struct eng_model_info *mi = eng_model_get_info(model);
+    if (measure_roofs(mi->n_threads, &r) || measure_model(model, &o, &r))
+        goto out;
+    report(&o, pi, mi, &r);
+    rc = 0;
+out:
+    eng_model_free(model);
+    eng_pack_free(pack);
+    return rc;
+}
