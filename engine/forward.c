@@ -313,35 +313,14 @@ static void attn_one(eng_seq *s, int l, int t, int u, float *sc)
     const uint16_t *V = s->vc + (size_t)l * s->n_ctx * s->kvd + (size_t)u * hd;
     const float *q = s->q + (size_t)t * hp->n_heads * hd + (size_t)u * group * hd;
     float *o = s->att + (size_t)t * hp->n_heads * hd + (size_t)u * group * hd;
-    float krow[512];
 
-    for (int j = 0; j < n_pos; j++) {
-        const uint16_t *kr = K + (size_t)j * s->kvd;
-        for (int d = 0; d < hd; d++)
-            krow[d] = eng_bf16_to_f32(kr[d]);
-        for (int h = 0; h < group; h++) {
-            const float *qh = q + (size_t)h * hd;
-            float acc[8] = {0};
-            for (int d = 0; d < hd; d += 8)
-                for (int i = 0; i < 8; i++)
-                    acc[i] += qh[d + i] * krow[d + i];
-            sc[(size_t)h * n_pos + j] =
-                ((acc[0] + acc[4]) + (acc[1] + acc[5]) + (acc[2] + acc[6]) + (acc[3] + acc[7])) * scale;
-        }
-    }
     for (int h = 0; h < group; h++)
+        eng_attn_scores(q + (size_t)h * hd, K, (size_t)s->kvd, n_pos, hd, scale,
+                        sc + (size_t)h * n_pos);
+    for (int h = 0; h < group; h++) {
         eng_softmax(sc + (size_t)h * n_pos, n_pos);
-    memset(o, 0, (size_t)group * hd * sizeof *o);
-    for (int j = 0; j < n_pos; j++) {
-        const uint16_t *vr = V + (size_t)j * s->kvd;
-        for (int d = 0; d < hd; d++)
-            krow[d] = eng_bf16_to_f32(vr[d]);
-        for (int h = 0; h < group; h++) {
-            float p = sc[(size_t)h * n_pos + j];
-            float *oh = o + (size_t)h * hd;
-            for (int d = 0; d < hd; d++)
-                oh[d] += p * krow[d];
-        }
+        memset(o + (size_t)h * hd, 0, (size_t)hd * sizeof *o);
+        eng_attn_accum(o + (size_t)h * hd, sc + (size_t)h * n_pos, V, (size_t)s->kvd, n_pos, hd);
     }
 }
 

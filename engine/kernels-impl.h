@@ -46,6 +46,17 @@ static inline struct eng_q8x kern_q8x_row(const struct eng_q8x *xq, int in, int 
     return r;
 }
 
+typedef void (*kern_attn_scores_fn)(const float *q, const uint16_t *k, size_t ld, int n, int hd,
+                                   float scale, float *s);
+typedef void (*kern_attn_accum_fn)(float *o, const float *p, const uint16_t *v, size_t ld, int n,
+                                   int hd);
+void eng__attn_scores_scalar(const float *q, const uint16_t *k, size_t ld, int n, int hd,
+                             float scale, float *s);
+void eng__attn_accum_scalar(float *o, const float *p, const uint16_t *v, size_t ld, int n, int hd);
+void eng__attn_scores_avx512(const float *q, const uint16_t *k, size_t ld, int n, int hd,
+                             float scale, float *s);
+void eng__attn_accum_avx512(float *o, const float *p, const uint16_t *v, size_t ld, int n, int hd);
+
 void eng__matvec_q4_1_scalar(const uint8_t *chunks, int in, int row_begin, int row_end,
                              const float *x, float *y);
 void eng__matvec_bf16_scalar(const uint16_t *w, int in, int row_begin, int row_end,

@@ -197,3 +197,30 @@ void eng_silu_mul(float *g, const float *u, int n)
     for (int i = 0; i < n; i++)
         g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
+
+/* ---- attention ---------------------------------------------------------------- */
+
+void eng__attn_scores_scalar(const float *q, const uint16_t *k, size_t ld, int n, int hd,
+                             float scale, float *s)
+{
+    for (int j = 0; j < n; j++) {
+        const uint16_t *kr = k + (size_t)j * ld;
+        float acc[16] = {0};
+        for (int d = 0; d < hd; d += 16)
+            for (int i = 0; i < 16; i++)
+                acc[i] += q[d + i] * eng_bf16_to_f32(kr[d + i]);
+        float t = 0.0f;
+        for (int i = 0; i < 16; i++)
+            t += acc[i];
+        s[j] = t * scale;
+    }
+}
+
+void eng__attn_accum_scalar(float *o, const float *p, const uint16_t *v, size_t ld, int n, int hd)
+{
+    for (int j = 0; j < n; j++) {
+        const uint16_t *vr = v + (size_t)j * ld;
+        for (int d = 0; d < hd; d++)
+            o[d] += p[j] * eng_bf16_to_f32(vr[d]);
+    }
+}

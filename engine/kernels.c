@@ -10,6 +10,8 @@ struct kern_table {
     kern_q4_1_q8_fn q4_1_q8;
     kern_q4_1_q8_mm_fn q4_1_q8_mm;
     kern_q8x_batch_fn q8x_batch;
+    kern_attn_scores_fn attn_scores;
+    kern_attn_accum_fn attn_accum;
 };
 
 static const struct kern_table table_scalar = {
@@ -18,6 +20,8 @@ static const struct kern_table table_scalar = {
     .q4_1_q8 = eng__matvec_q4_1_q8_scalar,
     .q4_1_q8_mm = eng__matmul_q4_1_q8_scalar,
     .q8x_batch = eng__q8x_quantize_batch_scalar,
+    .attn_scores = eng__attn_scores_scalar,
+    .attn_accum = eng__attn_accum_scalar,
 };
 static const struct kern_table table_avx2 = {
     .q4_1 = eng__matvec_q4_1_avx2,
@@ -25,6 +29,8 @@ static const struct kern_table table_avx2 = {
     .q4_1_q8 = eng__matvec_q4_1_q8_scalar, /* no AVX2 int8 kernel yet */
     .q4_1_q8_mm = eng__matmul_q4_1_q8_scalar,
     .q8x_batch = eng__q8x_quantize_batch_scalar,
+    .attn_scores = eng__attn_scores_scalar,
+    .attn_accum = eng__attn_accum_scalar,
 };
 static const struct kern_table table_avx512 = {
     .q4_1 = eng__matvec_q4_1_avx512,
@@ -32,6 +38,8 @@ static const struct kern_table table_avx512 = {
     .q4_1_q8 = eng__matvec_q4_1_q8_scalar, /* replaced by VNNI when present */
     .q4_1_q8_mm = eng__matmul_q4_1_q8_scalar,
     .q8x_batch = eng__q8x_quantize_batch_avx512,
+    .attn_scores = eng__attn_scores_avx512,
+    .attn_accum = eng__attn_accum_avx512,
 };
 static const struct kern_table table_avx512_vnni = {
     .q4_1 = eng__matvec_q4_1_avx512,
@@ -39,6 +47,8 @@ static const struct kern_table table_avx512_vnni = {
     .q4_1_q8 = eng__matvec_q4_1_q8_vnni,
     .q4_1_q8_mm = eng__matmul_q4_1_q8_vnni,
     .q8x_batch = eng__q8x_quantize_batch_avx512,
+    .attn_scores = eng__attn_scores_avx512,
+    .attn_accum = eng__attn_accum_avx512,
 };
 
 /* NULL until first use; a race there only makes two threads store the same
@@ -141,6 +151,17 @@ void eng_matvec_bf16_rows(const uint16_t *w, int in, int row_begin, int row_end,
                           const float *x, float *y)
 {
     kern_get()->bf16(w, in, row_begin, row_end, x, y);
+}
+
+void eng_attn_scores(const float *q, const uint16_t *k, size_t ld, int n, int hd, float scale,
+                     float *s)
+{
+    kern_get()->attn_scores(q, k, ld, n, hd, scale, s);
+}
+
+void eng_attn_accum(float *o, const float *p, const uint16_t *v, size_t ld, int n, int hd)
+{
+    kern_get()->attn_accum(o, p, v, ld, n, hd);
 }
 
 void eng_matvec_bf16(const uint16_t *w, int out, int in, const float *x, float *y)

@@ -108,6 +108,16 @@ void eng_q8x_quantize_batch(const struct eng_q8x *xq, const float *x, int ldx, i
 void eng_matmul_q4_1_q8_rows(const uint8_t *chunks, int in, int row_begin, int row_end,
                              const struct eng_q8x *xq, int n_tok, float *y, int ldy);
 
+/* ---- attention over a BF16 KV cache ------------------------------------------ */
+
+/* s[j] = scale * (q . K_j) for j < n; row j of K at k + j*ld (BF16), hd columns
+ * (a multiple of 16). */
+void eng_attn_scores(const float *q, const uint16_t *k, size_t ld, int n, int hd, float scale,
+                     float *s);
+
+/* o[0..hd) += sum_j p[j] * V_j for j < n; row j of V at v + j*ld (BF16). */
+void eng_attn_accum(float *o, const float *p, const uint16_t *v, size_t ld, int n, int hd);
+
 /* ---- per-token kernels ----------------------------------------------------- */
 
 /* o[i] = w[i] * x[i] / sqrt(mean(x^2) + eps); w is BF16 as stored in the pack.

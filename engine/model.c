@@ -282,9 +282,9 @@ static int bind_all(eng_model *m, char *err, size_t errlen)
         rc = eng__fail(err, errlen, -ENOMEM, "out of memory binding %d layers", hp->n_layers);
         goto out;
     }
-    if (hp->head_dim > 512 || hp->head_dim % 8) {
+    if (hp->head_dim > 512 || hp->head_dim % 16) {
         rc = eng__fail(err, errlen, -EINVAL, "config.json: head_dim %d unsupported (a multiple "
-                       "of 8 up to 512)", hp->head_dim);
+                       "of 16 up to 512)", hp->head_dim);
         goto out;
     }
     if (hp->n_kv_heads > ENG_MAX_KV_HEADS || hp->n_heads % hp->n_kv_heads) {
