@@ -13,6 +13,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* Matrix-product inputs: int8 per 32 columns (fast) or float32 (exact). */
+enum cfg_precision { CFG_PRECISION_INT8 = 0, CFG_PRECISION_F32 };
+/* q_norm/k_norm in a pack: auto drops the all-ones shim of relabelled packs. */
+enum cfg_qk_norm { CFG_QK_NORM_AUTO = 0, CFG_QK_NORM_OFF, CFG_QK_NORM_ON };
+
 enum cfg_device {
     CFG_DEVICE_AUTO = 0,
     CFG_DEVICE_CPU,
@@ -57,6 +62,15 @@ struct cfg {
     int ctx_size;               /* tokens; 0 = the model's own */
     int queue_size;             /* pending generation requests before 503 */
     char *state_dir;            /* where learned runlist K etc. are kept */
+    int prefill_chunk;          /* prompt tokens per prefill step */
+    int runlist_retries;        /* auto: how often one request may halve K */
+    enum cfg_precision precision;
+    enum cfg_qk_norm qk_norm;
+    int sim_runlist_limit;      /* sim: more layer commands than this hang; 0 = none */
+    int sim_timeout_ms;         /* sim: how long a hung runlist takes to time out */
+    int sim_latency_us;         /* sim: added per command */
+    char *fault;                /* sim: fault-injection spec (engine/fault.h) */
+    char *npu_kernels;          /* xrt: the open kernel set's directory; NULL = <pack>/open_kernels */
 
     /* logging */
     enum cfg_log_level log_level;
@@ -65,6 +79,7 @@ struct cfg {
 
     /* modes */
     bool check;                 /* --check: validate, load the model, exit 0/1 */
+    bool npu_probe;             /* --npu-probe: measure K on the NPU, save it, exit 0/1 */
 
     /* provenance, for messages */
     char *config_path;          /* the file that was read, or NULL */

@@ -323,6 +323,10 @@ int cfg_model_resolve(const struct cfg *cfg, char *const envp[], const char *emb
         err[0] = '\0';
     if (explicit && looks_like_path(want))
         return resolve_path(want, envp, loc, err, errlen);
+    /* "none": serve the API without a model, not even the demo pack (tests; a
+     * daemon whose pack is installed later and picked up by a restart). */
+    if (explicit && strcmp(want, "none") == 0)
+        return 0;
 
     /* Large buffers, and this runs once: keep them off the stack. */
     if (!(s = calloc(1, sizeof *s)))

@@ -10,10 +10,14 @@
 #include <unistd.h>
 
 _Static_assert(sizeof(enum cfg_device) == sizeof(int), "enums are stored as int");
+_Static_assert(sizeof(enum cfg_precision) == sizeof(int), "enums are stored as int");
+_Static_assert(sizeof(enum cfg_qk_norm) == sizeof(int), "enums are stored as int");
 _Static_assert(sizeof(enum cfg_log_level) == sizeof(int), "enums are stored as int");
 _Static_assert(sizeof(enum cfg_log_format) == sizeof(int), "enums are stored as int");
 
 static const char *const device_names[] = { "auto", "cpu", "sim", "xrt", NULL };
+static const char *const precision_names[] = { "int8", "f32", NULL };
+static const char *const qk_norm_names[] = { "auto", "off", "on", NULL };
 static const char *const log_level_names[] = { "error", "warn", "info", "debug", NULL };
 static const char *const log_format_names[] = { "text", "json", NULL };
 static const struct cfg__keyword runlist_words[] = {
@@ -70,7 +74,7 @@ const struct cfg__entry cfg__table[CFG__N_ENTRIES] = {
                             .help = "allow browser requests from ORIGIN "
                                     "(scheme://host[:port] or *); repeatable"),
     ROW(MODEL) = STR("model", model, NULL, .metavar = "PATH|TAG",
-                     .help = "pack directory, or a tag such as " CFG_DEFAULT_MODEL_TAG,
+                     .help = "pack directory, a tag such as " CFG_DEFAULT_MODEL_TAG ", or none",
                      .def_help = CFG_DEFAULT_MODEL_TAG " if found, else the demo pack"),
     ROW(DEVICE) = ENUM("device", device, device_names, CFG_DEVICE_AUTO,
                        .help = "where to run the model"),
@@ -89,6 +93,32 @@ const struct cfg__entry cfg__table[CFG__N_ENTRIES] = {
                          .metavar = "DIR", .help = "where learned settings are kept",
                          .def_help = "$STATE_DIRECTORY, $XDG_STATE_HOME/minicpmd, "
                                      "~/.local/state/minicpmd or /var/lib/minicpmd"),
+    ROW(PREFILL_CHUNK) = INT("prefill-chunk", prefill_chunk, 1, 512, 512, .metavar = "N",
+                             .help = "prompt tokens per prefill step (one batch)"),
+    ROW(RUNLIST_RETRIES) = INT("runlist-retries", runlist_retries, 0, 16, 4, .metavar = "N",
+                               .help = "runlist-layers auto: times one request may halve "
+                                       "the layers per runlist after a device hang"),
+    ROW(PRECISION) = ENUM("precision", precision, precision_names, CFG_PRECISION_INT8,
+                          .help = "CPU matrix inputs: int8 (fast) or f32 (exact)"),
+    ROW(QK_NORM) = ENUM("qk-norm", qk_norm, qk_norm_names, CFG_QK_NORM_AUTO,
+                        .help = "a pack's q_norm/k_norm: auto ignores the all-ones shim"),
+    ROW(SIM_RUNLIST_LIMIT) = INT("sim-runlist-limit", sim_runlist_limit, 0, 4096, 0,
+                                 .metavar = "N",
+                                 .help = "sim device: a runlist of more layers hangs; 0 = none"),
+    ROW(SIM_TIMEOUT_MS) = INT("sim-timeout-ms", sim_timeout_ms, 0, 600000, 2000,
+                              .metavar = "MS", .help = "sim device: when a hung runlist times out"),
+    ROW(SIM_LATENCY_US) = INT("sim-latency-us", sim_latency_us, 0, 1000000, 0, .metavar = "US",
+                              .help = "sim device: added latency per command"),
+    ROW(FAULT) = STR("fault", fault, NULL, .metavar = "SPEC",
+                     .help = "sim device: inject ERT states, e.g. "
+                             "phase=decode,token=3,layer=30,state=ABORT",
+                     .def_help = "$MINICPMD_FAULTS"),
+    ROW(NPU_KERNELS) = STR("npu-kernels", npu_kernels, NULL, .metavar = "DIR",
+                           .help = "xrt device: the open NPU kernel set (manifest.json) to use",
+                           .def_help = "<pack>/open_kernels"),
+    ROW(NPU_PROBE) = BOOL("npu-probe", npu_probe, false, .flags = CFG__CLI_ONLY,
+                          .help = "decode on the NPU with K = all, 24, 21 .. 1, report, save "
+                                  "the best K, exit 0 or 1"),
     ROW(LOG_LEVEL) = ENUM("log-level", log_level, log_level_names, CFG_LOG_INFO,
                           .help = "least severe message to log"),
     ROW(LOG_FORMAT) = ENUM("log-format", log_format, log_format_names, CFG_LOG_FORMAT_TEXT,

@@ -5,7 +5,9 @@
 #include "api/api.h"
 #include "config/config.h"
 #include "engine/engine.h"
+#include "engine/sample.h"
 #include "engine/tokenizer.h"
+#include "engine/worker.h"
 #include "server/http.h"
 #include "server/metrics.h"
 
@@ -23,6 +25,16 @@ struct srv_app {
     int64_t model_created;           /* unix time the model became ready */
     srv_http *http;
     srv_metrics *metrics;
+    struct srv_mailbox *mailbox;     /* worker -> loop thread */
+
+    /* generation, set with the model */
+    struct eng_device *dev;
+    eng_worker *worker;
+    int n_ctx;                       /* positions a request may use */
+    int32_t stop_ids[16];            /* the pack's (eng_pack_stop_ids) */
+    int n_stop_ids;
+    struct eng_sampling sampling;    /* the pack's defaults (generation_config.json) */
+    struct chat *chats;              /* live /v1/chat/completions requests */
 };
 
 /* server/text.c */

@@ -9,6 +9,7 @@
 #include "minicpmd-build.h"
 #include "engine/chat.h"
 #include "server/app.h"
+#include "server/chat.h"
 #include "server/listen.h"
 #include "server/log.h"
 #include "server/mailbox.h"
@@ -38,7 +39,7 @@ struct daemon {
     uv_loop_t loop;
     srv_mailbox *mailbox;
     uv_signal_t sig_term, sig_int, sig_hup;
-    uv_timer_t watchdog, extend, drain;
+    uv_timer_t watchdog, extend, drain, ping;
     int64_t watchdog_usec;
     uv_thread_t loader;
     bool loader_running;
@@ -52,7 +53,99 @@ static void stop_now(struct daemon *d);
 
 /* ---- model loading ---------------------------------------------------------- */
 
-int srv_model_load(const char *dir, struct srv_model *m, char *err, size_t errlen)
+static void log_model_warning(void *ctx, const char *msg)
+{
+    (void)ctx;
+    log_warn("%s", msg);
+}
+
+static void log_worker(void *ctx, enum eng_log_level level, const char *msg)
+{
+    (void)ctx;
+    enum cfg_log_level l = level == ENG_LOG_ERROR  ? CFG_LOG_ERROR
+                           : level == ENG_LOG_WARN ? CFG_LOG_WARN
+                           : level == ENG_LOG_INFO ? CFG_LOG_INFO
+                                                   : CFG_LOG_DEBUG;
+    if (srv_log_enabled(l))
+        srv_log(l, "%s", msg);
+}
+
+static const char *device_name(enum cfg_device d)
+{
+    return d == CFG_DEVICE_SIM ? "sim" : d == CFG_DEVICE_XRT ? "xrt" : d == CFG_DEVICE_CPU ? "cpu"
+                                                                                       : "auto";
+}
+
+/* The device and the worker over it. */
+static int start_engine(const char *dir, const struct cfg *cfg, eng_worker_emit_fn emit,
+                        void *emit_ctx, struct srv_model *m, char *err, size_t errlen)
+{
+    const struct eng_pack_info *info = eng_pack_get_info(m->pack);
+    struct eng_fault_list faults = {0};
+    const char *spec = cfg->fault ? cfg->fault : getenv("MINICPMD_FAULTS");
+    int rc = -1;
+    char e2[400];
+    if (spec && *spec) {
+        if (eng_fault_list_parse(&faults, spec, e2, sizeof e2) != 0 ||
+            eng_fault_list_check(&faults, info->hp.n_layers, e2, sizeof e2) != 0) {
+            snprintf(err, errlen, "--fault: %s", e2);
+            goto out;
+        }
+        if (cfg->device != CFG_DEVICE_SIM) {
+            snprintf(err, errlen, "--fault needs --device sim (faults are injected by the "
+                                  "simulated NPU)");
+            goto out;
+        }
+    }
+    struct eng_device_opts dopts = {
+        .n_threads = cfg->threads,
+        .act = cfg->precision == CFG_PRECISION_F32 ? ENG_ACT_F32 : ENG_ACT_Q8,
+        .qk_norm = cfg->qk_norm == CFG_QK_NORM_ON    ? ENG_QK_NORM_ON
+                   : cfg->qk_norm == CFG_QK_NORM_OFF ? ENG_QK_NORM_OFF
+                                                     : ENG_QK_NORM_AUTO,
+        .warn = log_model_warning,
+        .sim_runlist_limit = cfg->sim_runlist_limit,
+        .sim_timeout_ms = cfg->sim_timeout_ms,
+        .sim_latency_us = cfg->sim_latency_us,
+        .faults = faults.n ? &faults : NULL,
+    };
+    if (eng_device_open(device_name(cfg->device), &dopts, &m->dev, e2, sizeof e2) != 0) {
+        snprintf(err, errlen, "--device %s: %s", device_name(cfg->device), e2);
+        goto out;
+    }
+    int n_ctx = cfg->ctx_size > 0 ? cfg->ctx_size : info->hp.n_ctx_train;
+    if (n_ctx > info->hp.n_ctx_train) {
+        snprintf(err, errlen, "--ctx-size %d: the model has %d positions", cfg->ctx_size,
+                 info->hp.n_ctx_train);
+        goto out;
+    }
+    struct eng_worker_opts wo = {
+        .queue_size = cfg->queue_size,
+        .prefill_chunk = cfg->prefill_chunk,
+        .n_ctx = n_ctx,
+        .kmode = cfg->runlist_layers == CFG_RUNLIST_AUTO  ? ENG_KMODE_AUTO
+                 : cfg->runlist_layers == CFG_RUNLIST_ALL ? ENG_KMODE_ALL
+                                                          : ENG_KMODE_FIXED,
+        .fixed_k = cfg->runlist_layers > 0 ? cfg->runlist_layers : 0,
+        .max_retries = cfg->runlist_retries,
+        .state_dir = cfg->state_dir,
+        .log = log_worker,
+    };
+    if (eng_worker_new(m->dev, m->pack, m->tok, &wo, emit, emit_ctx, &m->worker, e2,
+                       sizeof e2) != 0) {
+        snprintf(err, errlen, "%s", e2);
+        goto out;
+    }
+    m->n_ctx = n_ctx;
+    rc = 0;
+out:
+    eng_fault_list_clear(&faults);
+    (void)dir;
+    return rc;
+}
+
+int srv_model_load(const char *dir, const struct cfg *cfg, eng_worker_emit_fn emit,
+                   void *emit_ctx, struct srv_model *m, char *err, size_t errlen)
 {
     char path[4096];
     *m = (struct srv_model){0};
@@ -66,25 +159,38 @@ int srv_model_load(const char *dir, struct srv_model *m, char *err, size_t errle
         srv_model_free(m);
         return -1;
     }
+    int n = eng_pack_stop_ids(m->pack, m->stop_ids, 16, terr, sizeof terr);
+    if (n < 0 || eng_sampling_defaults(m->pack, &m->sampling, terr, sizeof terr) != 0) {
+        snprintf(err, errlen, "%s", terr);
+        srv_model_free(m);
+        return -1;
+    }
+    m->n_stop_ids = n;
     /* The renderer is MiniCPM5's template in C: a pack whose own template differs
      * would be rendered as MiniCPM5's. Say so rather than guess. */
     snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
     FILE *f = fopen(path, "rb");
     if (f) {
         char buf[16384];
-        size_t n = fread(buf, 1, sizeof buf, f);
+        size_t nb = fread(buf, 1, sizeof buf, f);
         fclose(f);
-        if (!eng_chat_template_is_official(buf, n))
+        if (!eng_chat_template_is_official(buf, nb))
             snprintf(m->warning, sizeof m->warning,
                      "%.160s is not the official MiniCPM5-2B template; prompts are rendered "
                      "with the built-in MiniCPM5 template",
                      path);
+    }
+    if (start_engine(dir, cfg, emit, emit_ctx, m, err, errlen) != 0) {
+        srv_model_free(m);
+        return -1;
     }
     return 0;
 }
 
 void srv_model_free(struct srv_model *m)
 {
+    eng_worker_free(m->worker);
+    eng_device_free(m->dev);
     eng_tokenizer_free(m->tok);
     eng_pack_free(m->pack);
     *m = (struct srv_model){0};
@@ -115,6 +221,14 @@ static void on_loaded(void *data)
     const struct eng_pack_info *info = eng_pack_get_info(d->load.model.pack);
     d->app.pack = d->load.model.pack;
     d->app.tok = d->load.model.tok;
+    d->app.dev = d->load.model.dev;
+    d->app.worker = d->load.model.worker;
+    d->app.n_ctx = d->load.model.n_ctx;
+    memcpy(d->app.stop_ids, d->load.model.stop_ids, sizeof d->app.stop_ids);
+    d->app.n_stop_ids = d->load.model.n_stop_ids;
+    d->app.sampling = d->load.model.sampling;
+    d->app.device = eng_device_get_name(d->app.dev);
+    log_info("device: %s", eng_device_get_description(d->app.dev));
     d->load.model = (struct srv_model){0};
     d->app.model_created = (int64_t)time(NULL);
     d->app.state = API_HEALTH_OK;
@@ -129,8 +243,8 @@ static void on_loaded(void *data)
 static void loader_main(void *arg)
 {
     struct daemon *d = arg;
-    d->load.rc = srv_model_load(d->app.model->path, &d->load.model, d->load.err,
-                                sizeof d->load.err);
+    d->load.rc = srv_model_load(d->app.model->path, d->app.cfg, srv_chat_emit, &d->app,
+                                &d->load.model, d->load.err, sizeof d->load.err);
     if (srv_mailbox_post(d->mailbox, on_loaded, d) != 0)
         srv_model_free(&d->load.model); /* the loop is gone; nobody reads the result */
 }
@@ -187,14 +301,20 @@ static void stop_now(struct daemon *d)
         uv_thread_join(&d->loader);
         d->loader_running = false;
     }
+    /* The worker ends its requests (final events, posted to the mailbox) before
+     * the mailbox runs what is queued and closes. */
+    eng_worker_free(d->app.worker);
+    d->app.worker = NULL;
     srv_mailbox_close(d->mailbox);  /* runs a pending on_loaded, which frees */
     d->mailbox = NULL;
+    d->app.mailbox = NULL;
     close_handle((uv_handle_t *)&d->sig_term);
     close_handle((uv_handle_t *)&d->sig_int);
     close_handle((uv_handle_t *)&d->sig_hup);
     close_handle((uv_handle_t *)&d->watchdog);
     close_handle((uv_handle_t *)&d->extend);
     close_handle((uv_handle_t *)&d->drain);
+    close_handle((uv_handle_t *)&d->ping);
 }
 
 static void on_drain_tick(uv_timer_t *t)
@@ -243,6 +363,12 @@ static void on_signal(uv_signal_t *s, int signum)
     begin_shutdown(d, signum == SIGTERM ? "SIGTERM" : "SIGINT");
 }
 
+static void on_ping(uv_timer_t *t)
+{
+    struct daemon *d = t->data;
+    srv_chat_ping(&d->app);
+}
+
 static void on_watchdog(uv_timer_t *t)
 {
     /* Pinged from the loop thread: a stuck loop stops the pings and systemd
@@ -273,6 +399,10 @@ static int init_handles(struct daemon *d)
     uv_signal_start(&d->sig_int, on_signal, SIGINT);
     uv_signal_start(&d->sig_hup, on_signal, SIGHUP);
     d->mailbox = srv_mailbox_new(&d->loop);
+    d->app.mailbox = d->mailbox;
+    uv_timer_init(&d->loop, &d->ping);
+    d->ping.data = d;
+    uv_timer_start(&d->ping, on_ping, 1000, 1000);
     return d->mailbox ? 0 : -1;
 }
 
@@ -350,6 +480,7 @@ out_handles:
     uv_run(&d->loop, UV_RUN_DEFAULT);
     rc = 1;
 out_free:
+    eng_device_free(d->app.dev);
     eng_tokenizer_free(d->app.tok);
     eng_pack_free(d->app.pack);
     free(d->app.load_error);

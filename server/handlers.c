@@ -1,6 +1,7 @@
 /* The route table and the handlers of the routes the daemon shell serves. Bodies
  * come from api/; this file only decides which one and with what status. */
 #include "server/app.h"
+#include "server/chat.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,10 +103,14 @@ static int h_model(srv_request *req, struct srv_response *resp)
 static int h_metrics(srv_request *req, struct srv_response *resp)
 {
     struct srv_app *app = app_of(req);
+    struct eng_worker_stats ws;
+    if (app->worker)
+        eng_worker_get_stats(app->worker, &ws);
     struct srv_metrics_gauges g = {
         .in_flight = srv_http_inflight(app->http),
         .connections = srv_http_connections(app->http),
-        .queue_depth = 0, /* no generation queue until the worker exists */
+        .queue_depth = app->worker ? (size_t)ws.queue_depth : 0,
+        .worker = app->worker ? &ws : NULL,
         .model_state = (int)app->state,
         .model_id = app->model && app->model->source != CFG_MODEL_NONE ? app->model->id : NULL,
         .device = app->device,
@@ -116,20 +121,12 @@ static int h_metrics(srv_request *req, struct srv_response *resp)
     return resp->body ? 0 : -1;
 }
 
-static int h_chat_completions(srv_request *req, struct srv_response *resp)
-{
-    /* The API issue replaces this with the real endpoint over the engine. */
-    srv_response_error(resp, API_ERR_NOT_IMPLEMENTED, NULL,
-                       "chat completions are not served by this build yet");
-    return 0;
-}
-
 const struct srv_route srv_routes[] = {
     {"GET", "/health", "/health", true, h_health},
     {"GET", "/v1/models", "/v1/models", false, h_models},
     {"GET", "/v1/models/{id}", "/v1/models/{id}", false, h_model},
     {"GET", "/metrics", "/metrics", false, h_metrics},
-    {"POST", "/v1/chat/completions", "/v1/chat/completions", false, h_chat_completions},
+    {"POST", "/v1/chat/completions", "/v1/chat/completions", false, srv_h_chat_completions},
     {"POST", "/tokenize", "/tokenize", false, srv_h_tokenize},
     {"POST", "/detokenize", "/detokenize", false, srv_h_detokenize},
     {"POST", "/apply-template", "/apply-template", false, srv_h_apply_template},

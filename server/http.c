@@ -12,6 +12,7 @@
  * request: the only place a request is freed and counted.
  */
 #include "server/http.h"
+#include "server/http-impl.h"
 
 #include "server/log.h"
 #include "server/metrics.h"
@@ -29,62 +30,6 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-
-/* One open TCP connection (MHD's socket_context), for the hang-up probe. */
-struct conn {
-    struct conn *prev, *next;
-    int fd;
-    srv_request *deferred;       /* the request waiting on this connection, if any */
-};
-
-struct srv_http {
-    struct srv_http_config cfg;
-    struct MHD_Daemon *mhd;
-    uv_poll_t poll;
-    uv_timer_t timer;
-    uv_timer_t probe;            /* finds peers that hung up (see on_probe) */
-    struct conn conns;           /* list head of open connections */
-    srv_request *deferred;       /* list of requests suspended until srv_request_complete */
-    int open_handles;            /* uv handles not yet closed */
-    size_t inflight;
-    size_t connections;
-    bool conn_closed;            /* a connection closed during this MHD_run() */
-    bool draining;
-    bool stopping;
-};
-
-struct srv_request {
-    srv_http *http;
-    struct MHD_Connection *conn;
-    char method[16];
-    char *path;
-    const struct srv_route *route;
-    const char *param;           /* into path */
-    const char *route_name;      /* metrics label */
-    char *body;
-    size_t body_len, body_cap;
-    uint64_t discarded;          /* body bytes dropped after the limit */
-    uint64_t start_ns;
-    int status;                  /* what we answered; 0 = nothing yet */
-    bool body_too_large;
-    bool has_body;               /* Content-Length > 0 or chunked */
-    bool in_headers;             /* inside on_headers() */
-    struct srv_response early;   /* decided from the headers alone, not yet sent */
-    char allow[128];             /* Allow header value; lives as long as `early` */
-
-    /* Deferred answers. A deferred request has two owners, MHD (until
-     * on_completed) and the work (until srv_request_complete); whoever is last
-     * frees it. */
-    int refs;
-    bool deferred;               /* suspended, waiting for srv_request_complete */
-    bool finished;               /* on_completed ran: conn and http are gone */
-    bool cancelled;
-    srv_cancel_fn on_cancel;
-    void *cancel_ud;
-    struct conn *conn_ctx;       /* for the hang-up probe */
-    srv_request *dprev, *dnext;  /* in srv_http.deferred while deferred */
-    struct srv_response pending; /* the answer, until MHD asks for it */
-};
 
 static void on_timer(uv_timer_t *t);
 static void request_unref(srv_request *req);
@@ -156,6 +101,13 @@ static void add_cors(srv_request *req, struct MHD_Response *r)
     }
 }
 
+void srv__response_common_headers(srv_request *req, struct MHD_Response *r)
+{
+    add_cors(req, r);
+    if (req->http->draining)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+}
+
 /* Queue `resp` on the request's connection, consuming resp->body.
  *
  * An answer decided from the headers alone (an error, a preflight) is sent at once
@@ -199,9 +151,7 @@ static enum MHD_Result respond(srv_request *req, struct srv_response *resp)
         MHD_add_response_header(r, resp->headers[i].name, resp->headers[i].value);
     if (resp->status == 401)
         MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
-    add_cors(req, r);
-    if (req->http->draining)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    srv__response_common_headers(req, r);
     enum MHD_Result ret = MHD_queue_response(req->conn, (unsigned)resp->status, r);
     MHD_destroy_response(r);
     if (ret == MHD_YES)
@@ -237,6 +187,11 @@ static void deferred_add(srv_http *h, srv_request *r)
     if (r->conn_ctx)
         r->conn_ctx->deferred = r;
 }
+
+static void deferred_remove(srv_http *h, srv_request *r);
+void srv__deferred_remove(srv_http *h, srv_request *r) { deferred_remove(h, r); }
+void srv__request_unref(srv_request *req) { request_unref(req); }
+void srv__http_kick(srv_http *h) { uv_timer_start(&h->timer, on_timer, 0, 0); }
 
 static void deferred_remove(srv_http *h, srv_request *r)
 {
@@ -486,6 +441,8 @@ static void request_unref(srv_request *req)
 {
     if (!req || --req->refs > 0)
         return;
+    if (req->pending_stream)
+        MHD_destroy_response(req->pending_stream);
     free(req->pending.body);
     free(req->early.body);
     free(req->body);
@@ -516,6 +473,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         req->in_headers = false;
         return r;
     }
+    if (req->pending_stream)     /* resumed after srv_request_stream() */
+        return srv__stream_queue(req);
     if (req->pending.status) {   /* resumed after srv_request_complete() */
         struct srv_response resp = req->pending;
         req->pending = (struct srv_response){0};
@@ -564,6 +523,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     req->finished = true;
     req->conn = NULL;
     req->http = NULL;
+    if (req->pending_stream) { /* never queued: its free callback drops the stream */
+        struct MHD_Response *mr = req->pending_stream;
+        req->pending_stream = NULL;
+        MHD_destroy_response(mr);
+    }
     request_unref(req);
 }
 
@@ -755,8 +719,11 @@ void srv_http_stop(srv_http *h)
         srv_request *req = h->deferred;
         deferred_remove(h, req);
         cancel(req);
-        srv_response_error(&req->pending, API_ERR_SHUTTING_DOWN, NULL,
-                           "the server is shutting down");
+        if (req->stream)
+            srv__stream_abort(req);
+        else
+            srv_response_error(&req->pending, API_ERR_SHUTTING_DOWN, NULL,
+                               "the server is shutting down");
         MHD_resume_connection(req->conn);
     }
     MHD_run(h->mhd);

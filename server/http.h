@@ -87,6 +87,26 @@ void srv_request_defer(srv_request *r, srv_cancel_fn on_cancel, void *ud);
 void srv_request_complete(srv_request *r, struct srv_response *resp);
 bool srv_request_cancelled(const srv_request *r);
 
+/* ---- streamed answers ---------------------------------------------------------
+ *
+ * A deferred request may answer with a body that is written as it is produced
+ * (Server-Sent Events): srv_request_stream() sends the status and headers, then
+ * srv_stream_write() appends pieces and srv_stream_end() finishes. Between writes
+ * the connection is suspended, so an idle stream costs nothing. Loop thread only.
+ *
+ * The stream buffers what the client has not read yet, up to `limit` bytes: a
+ * write past it fails with -ENOBUFS (the client reads too slowly; the caller ends
+ * the request), a write after the client left fails with -EPIPE. srv_stream_end()
+ * is called exactly once, also after a failed write, and replaces
+ * srv_request_complete() for the request. */
+typedef struct srv_stream srv_stream;
+
+srv_stream *srv_request_stream(srv_request *r, int status, const char *content_type,
+                               size_t limit);
+int srv_stream_write(srv_stream *s, const char *data, size_t len);
+size_t srv_stream_buffered(const srv_stream *s);
+void srv_stream_end(srv_stream *s);
+
 /* Fill `resp` with an OpenAI error object for `e`; the message is printf-style. */
 void srv_response_error(struct srv_response *resp, enum api_error e, const char *param,
                         const char *fmt, ...) __attribute__((format(printf, 4, 5)));

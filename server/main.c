@@ -6,6 +6,7 @@
  */
 #include "config/config.h"
 #include "engine/engine.h"
+#include "engine/xrt/xrt.h"
 #include "minicpmd-build.h"
 #include "server/daemon.h"
 #include "server/log.h"
@@ -65,6 +66,12 @@ static const char *embedded_pack_dir(char *buf, size_t len)
     return buf;
 }
 
+static void ignore_event(void *ctx, const struct eng_event *ev)
+{
+    (void)ctx;
+    (void)ev;
+}
+
 /* --check: everything the daemon would do before serving, then exit. */
 static int run_check(const struct cfg *cfg, const struct cfg_model_location *loc)
 {
@@ -74,7 +81,7 @@ static int run_check(const struct cfg *cfg, const struct cfg_model_location *loc
     }
     char err[512];
     struct srv_model m;
-    if (srv_model_load(loc->path, &m, err, sizeof err) != 0) {
+    if (srv_model_load(loc->path, cfg, ignore_event, NULL, &m, err, sizeof err) != 0) {
         fprintf(stderr, "minicpmd: check failed: model %s: %s\n", loc->id, err);
         return 1;
     }
@@ -85,7 +92,7 @@ static int run_check(const struct cfg *cfg, const struct cfg_model_location *loc
            "%s:%d, device %s\n",
            loc->id, cfg_model_source_name(loc->source), info->model_type, loc->path,
            eng_weights_format_name(info->format), info->hp.n_layers, info->hp.n_vocab,
-           cfg->host, cfg->port, cfg_device_name(cfg->device));
+           cfg->host, cfg->port, eng_device_get_description(m.dev));
     srv_model_free(&m);
     return 0;
 }
@@ -119,12 +126,6 @@ int main(int argc, char **argv)
         break;
     }
 
-    if (cfg.device == CFG_DEVICE_XRT && !MINICPMD_HAVE_XRT) {
-        fprintf(stderr, "minicpmd: --device xrt: this build has no XRT device (XRT >= 2.17 "
-                        "was not found at build time); use auto, cpu or sim\n");
-        rc = 2;
-        goto out;
-    }
     int lrc = srv_log_init(cfg.log_level, cfg.log_format, cfg.log_file);
     if (lrc < 0) {
         fprintf(stderr, "minicpmd: --log-file '%s': %s\n", cfg.log_file, strerror(-lrc));
@@ -141,6 +142,30 @@ int main(int argc, char **argv)
     }
     if (loc.warning)
         log_warn("%s", loc.warning);
+    /* The NPU: --npu-probe, and the device choice, settled before listening so that
+     * an unusable `--device xrt` exits 2 with one line (engine/xrt/xrt.h). */
+    eng_xrt_configure(&(struct eng_xrt_config){.kernels_dir = cfg.npu_kernels,
+                                               .ctx_size = cfg.ctx_size});
+    if (cfg.npu_probe) {
+        rc = eng_xrt_probe_main(loc.source != CFG_MODEL_NONE ? loc.path : NULL, cfg.state_dir,
+                                stdout, stderr);
+        goto out;
+    }
+    if (cfg.device == CFG_DEVICE_XRT && loc.source != CFG_MODEL_NONE &&
+        eng_xrt_preflight(loc.path, err, sizeof err) != 0) {
+        fprintf(stderr, "minicpmd: --device xrt: %s\n", err);
+        rc = 2;
+        goto out;
+    }
+    /* auto: the NPU only when the bridge is built, the node exists and a kernel set
+     * matches the model; otherwise the CPU. */
+    if (cfg.device == CFG_DEVICE_AUTO && loc.source != CFG_MODEL_NONE) {
+        if (eng_xrt_built() && eng_xrt_node_present() &&
+            eng_xrt_preflight(loc.path, err, sizeof err) == 0)
+            cfg.device = CFG_DEVICE_XRT;
+        else if (eng_xrt_built() && eng_xrt_node_present())
+            log_info("device auto: not the NPU: %s", err);
+    }
     rc = cfg.check ? run_check(&cfg, &loc) : srv_daemon_run(&cfg, &loc);
 out:
     flush_warnings(&warns);

@@ -151,6 +151,53 @@ static const char *const state_names[] = {
     [API_HEALTH_STOPPING] = "stopping",
 };
 
+/* The generation worker: what an operator reads when an NPU misbehaves (README). */
+static void render_worker(struct buf *b, const struct eng_worker_stats *w)
+{
+    bprintf(b, "# HELP minicpmd_worker_busy 1 while a generation request runs on the device.\n"
+               "# TYPE minicpmd_worker_busy gauge\n"
+               "minicpmd_worker_busy %d\n"
+               "# HELP minicpmd_queue_size Generation requests that may wait (--queue-size).\n"
+               "# TYPE minicpmd_queue_size gauge\n"
+               "minicpmd_queue_size %d\n"
+               "# HELP minicpmd_runlist_layers Layers per runlist the next step uses (K).\n"
+               "# TYPE minicpmd_runlist_layers gauge\n"
+               "minicpmd_runlist_layers %d\n"
+               "# HELP minicpmd_model_layers Decoder layers of the served model.\n"
+               "# TYPE minicpmd_model_layers gauge\n"
+               "minicpmd_model_layers %d\n",
+            w->busy ? 1 : 0, w->queue_size, w->current_k, w->n_layers);
+    bprintf(b, "# HELP minicpmd_generation_requests_total Generation requests by outcome.\n"
+               "# TYPE minicpmd_generation_requests_total counter\n");
+    const struct { const char *name; uint64_t v; } out[] = {
+        {"stop", w->finished_stop}, {"length", w->finished_length},
+        {"cancelled", w->cancelled}, {"failed", w->failed}, {"rejected", w->rejected},
+    };
+    for (size_t i = 0; i < sizeof out / sizeof *out; i++)
+        bprintf(b, "minicpmd_generation_requests_total{outcome=\"%s\"} %llu\n", out[i].name,
+                (unsigned long long)out[i].v);
+    bprintf(b, "# HELP minicpmd_tokens_prompt_total Prompt tokens of requests that ran.\n"
+               "# TYPE minicpmd_tokens_prompt_total counter\n"
+               "minicpmd_tokens_prompt_total %llu\n"
+               "# HELP minicpmd_tokens_generated_total Tokens sampled.\n"
+               "# TYPE minicpmd_tokens_generated_total counter\n"
+               "minicpmd_tokens_generated_total %llu\n",
+            (unsigned long long)w->tokens_in, (unsigned long long)w->tokens_out);
+    bprintf(b, "# HELP minicpmd_runlists_total Runlists submitted to the device, by final ERT "
+               "state.\n"
+               "# TYPE minicpmd_runlists_total counter\n");
+    for (int s = 1; s <= ENG_ERT_LAST; s++)
+        bprintf(b, "minicpmd_runlists_total{state=\"%s\"} %llu\n", eng_ert_name(s),
+                (unsigned long long)w->runlists_by_state[s]);
+    bprintf(b, "# HELP minicpmd_device_resets_total Device resets after a failed runlist.\n"
+               "# TYPE minicpmd_device_resets_total counter\n"
+               "minicpmd_device_resets_total %llu\n"
+               "# HELP minicpmd_runlist_k_halvings_total Times auto halved K after a hang.\n"
+               "# TYPE minicpmd_runlist_k_halvings_total counter\n"
+               "minicpmd_runlist_k_halvings_total %llu\n",
+            (unsigned long long)w->device_resets, (unsigned long long)w->k_halvings);
+}
+
 char *srv_metrics_render(const srv_metrics *m, const struct srv_metrics_gauges *g)
 {
     struct buf b = {0};
@@ -219,6 +266,8 @@ char *srv_metrics_render(const srv_metrics *m, const struct srv_metrics_gauges *
                 "# TYPE minicpmd_queue_depth gauge\n"
                 "minicpmd_queue_depth %zu\n",
             g->in_flight, g->connections, g->queue_depth);
+    if (g->worker)
+        render_worker(&b, g->worker);
     if (b.failed) {
         free(b.s);
         return NULL;

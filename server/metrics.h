@@ -5,6 +5,7 @@
 #ifndef MINICPMD_SERVER_METRICS_H
 #define MINICPMD_SERVER_METRICS_H
 
+#include "engine/worker.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,6 +19,7 @@ struct srv_metrics_gauges {
     int model_state;             /* api_health_state */
     const char *model_id;        /* or NULL */
     const char *device;          /* or NULL */
+    const struct eng_worker_stats *worker; /* the generation worker's counters, or NULL */
 };
 
 srv_metrics *srv_metrics_new(void);

@@ -159,20 +159,51 @@ def write_json(path, obj):
     return path
 
 
+def pack_binary():
+    b = os.environ.get("MINICPMD_PACK_BIN")
+    if not b:
+        b = os.path.join(os.path.dirname(binary()), "minicpmd-pack")
+    if not os.access(b, os.X_OK):
+        raise Failure("set MINICPMD_PACK_BIN to the minicpmd-pack binary (tried %r)" % b)
+    return b
+
+
+_GENERATED = {}
+
+
+def generated_pack(preset="tiny", seed=1, extra=()):
+    """A pack `minicpmd-pack gen` wrote (once per process and arguments), shared:
+    copy it before changing anything in it."""
+    key = (preset, seed, tuple(extra))
+    if key not in _GENERATED:
+        out = os.path.join(tempfile.mkdtemp(prefix="minicpmd-pack-"), preset)
+        _CLEANUP.append(os.path.dirname(out))
+        subprocess.run([pack_binary(), "gen", "--preset", preset, "--seed", str(seed),
+                        "--out", out] + list(extra),
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _GENERATED[key] = out
+    return _GENERATED[key]
+
+
+def tiny_config_text():
+    with open(os.path.join(generated_pack(), "config.json")) as f:
+        return f.read()
+
+
 def make_pack(parent, name="MiniCPM5-2B", config=True, fifo=False):
-    """A fake MiniCPM5-2B pack directory. fifo=True makes config.json a FIFO so
-    the loader blocks until FifoConfig.release() writes it."""
+    """A small real pack directory (the `tiny` preset's random weights) with the unit
+    tests' byte-level BPE tokenizer.json fixture. fifo=True makes config.json a FIFO
+    so the loader blocks until FifoConfig.release() writes it."""
     d = os.path.join(parent, name)
-    os.makedirs(d, exist_ok=True)
+    shutil.copytree(generated_pack(), d, dirs_exist_ok=True)
     cfg = os.path.join(d, "config.json")
+    os.remove(cfg)
     if fifo:
         os.mkfifo(cfg)
     elif config:
-        write_json(cfg, MINICPM5_2B_CONFIG)
-    # A small real byte-level BPE tokenizer.json (the unit tests' fixture).
+        with open(cfg, "w") as f:
+            f.write(tiny_config_text())
     shutil.copyfile(TINY_TOKENIZER, os.path.join(d, "tokenizer.json"))
-    with open(os.path.join(d, "model.safetensors"), "wb") as f:
-        f.write(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
     return d
 
 
@@ -182,7 +213,7 @@ class FifoConfig:
 
     def __init__(self, path, content=None):
         self.path = path
-        self.content = (json.dumps(MINICPM5_2B_CONFIG) if content is None else content).encode()
+        self.content = (tiny_config_text() if content is None else content).encode()
         self.released = False
 
     def reader_waiting(self):
@@ -438,6 +469,7 @@ def status_of(raw):
 # ---- the daemon ---------------------------------------------------------------
 
 _ACTIVE = []        # daemons (and other processes) of the running test
+_CLEANUP = []       # directories to remove when the test process ends
 
 
 def _die_with_parent():
@@ -478,6 +510,10 @@ class Daemon:
             else:
                 self.args = ["--port", "0"] + self.args
         self.env = self.base_env()
+        # The build serves its demo pack when no model is found; a test that
+        # wants the model-less daemon gets it unless it names a model itself
+        # (flags beat the environment) or drops this.
+        self.env["MINICPMD_MODEL"] = "none"
         if config_file is not None:
             self.env["MINICPMD_CONFIG"] = config_file
         self.env.update(env or {})
@@ -783,6 +819,10 @@ def _run_one(fn):
             except Exception:
                 pass
         del _ACTIVE[:]
+        for p in _CLEANUP:
+            shutil.rmtree(p, ignore_errors=True)
+        del _CLEANUP[:]
+        _GENERATED.clear()
     return outcome, detail, time.monotonic() - t0
 
 

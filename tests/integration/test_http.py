@@ -155,9 +155,9 @@ def models_list_shape():
     eq(m.get("status"), "ready", "model status")
     meta = m.get("meta")
     check(isinstance(meta, dict), "meta: %r", m)
-    eq(meta.get("n_layers"), 42, "meta.n_layers")
-    eq(meta.get("n_vocab"), 130560, "meta.n_vocab")
-    eq(meta.get("n_ctx_train"), 131072, "meta.n_ctx_train")
+    eq(meta.get("n_layers"), 4, "meta.n_layers (the tiny preset)")
+    eq(meta.get("n_vocab"), 1024, "meta.n_vocab (the tiny preset)")
+    eq(meta.get("n_ctx_train"), 4096, "meta.n_ctx_train (the tiny preset)")
     stop_ok(d)
 
 
@@ -272,12 +272,14 @@ def body_too_large_chunked():
 
 
 @test
-def chat_completions_stub_is_error_object():
+def chat_completions_unknown_model_404():
+    """Another model's name is refused, never silently served by this one."""
     d = pack_daemon()
     r = d.post("/v1/chat/completions",
-               data=b'{"model":"MiniCPM5-2B","messages":[{"role":"user","content":"hi"}]}',
+               data=b'{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}',
                headers={"Content-Type": "application/json"})
-    assert_error_object(r)
+    eq(r.status, 404, "status for an unknown model")
+    assert_error_object(r, code="model_not_found", param="model")
     stop_ok(d)
 
 

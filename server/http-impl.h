@@ -1,0 +1,82 @@
+/* Internals of server/http.c shared with server/stream.c (streamed responses).
+ * Nothing outside those two files includes this. */
+#ifndef MINICPMD_SERVER_HTTP_IMPL_H
+#define MINICPMD_SERVER_HTTP_IMPL_H
+
+#include "server/http.h"
+
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct srv_stream;
+
+/* One open TCP connection (MHD's socket_context), for the hang-up probe. */
+struct conn {
+    struct conn *prev, *next;
+    int fd;
+    srv_request *deferred;       /* the request waiting on this connection, if any */
+};
+
+struct srv_http {
+    struct srv_http_config cfg;
+    struct MHD_Daemon *mhd;
+    uv_poll_t poll;
+    uv_timer_t timer;
+    uv_timer_t probe;            /* finds peers that hung up (see on_probe) */
+    struct conn conns;           /* list head of open connections */
+    srv_request *deferred;       /* list of requests suspended until srv_request_complete */
+    int open_handles;            /* uv handles not yet closed */
+    size_t inflight;
+    size_t connections;
+    bool conn_closed;            /* a connection closed during this MHD_run() */
+    bool draining;
+    bool stopping;
+};
+
+struct srv_request {
+    srv_http *http;
+    struct MHD_Connection *conn;
+    char method[16];
+    char *path;
+    const struct srv_route *route;
+    const char *param;           /* into path */
+    const char *route_name;      /* metrics label */
+    char *body;
+    size_t body_len, body_cap;
+    uint64_t discarded;          /* body bytes dropped after the limit */
+    uint64_t start_ns;
+    int status;                  /* what we answered; 0 = nothing yet */
+    bool body_too_large;
+    bool has_body;               /* Content-Length > 0 or chunked */
+    bool in_headers;             /* inside on_headers() */
+    struct srv_response early;   /* decided from the headers alone, not yet sent */
+    char allow[128];             /* Allow header value; lives as long as `early` */
+
+    /* Deferred answers. A deferred request has two owners, MHD (until
+     * on_completed) and the work (until srv_request_complete); whoever is last
+     * frees it. */
+    int refs;
+    bool deferred;               /* suspended, waiting for srv_request_complete */
+    bool finished;               /* on_completed ran: conn and http are gone */
+    bool cancelled;
+    srv_cancel_fn on_cancel;
+    void *cancel_ud;
+    struct conn *conn_ctx;       /* for the hang-up probe */
+    srv_request *dprev, *dnext;  /* in srv_http.deferred while deferred */
+    struct srv_response pending; /* the answer, until MHD asks for it */
+    struct srv_stream *stream;   /* a streamed answer (server/stream.c), or NULL */
+    struct MHD_Response *pending_stream; /* its MHD response, until queued */
+};
+
+void srv__http_kick(srv_http *h);     /* run MHD soon (after a resume) */
+void srv__deferred_remove(srv_http *h, srv_request *r);
+void srv__request_unref(srv_request *req);
+/* The headers every response gets: CORS, and Connection: close while draining. */
+void srv__response_common_headers(srv_request *req, struct MHD_Response *r);
+/* stream.c: queue a stream's pending response after the resume (on_access). */
+enum MHD_Result srv__stream_queue(srv_request *req);
+/* stream.c: the server is stopping; end the stream so MHD can finish it. */
+void srv__stream_abort(srv_request *req);
+
+#endif
