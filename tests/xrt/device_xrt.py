@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""`minicpmd --device xrt` and `--npu-probe` on a machine without an NPU.
+
+    device_xrt.py MINICPMD MINICPMD_PACK MKKSET WORKDIR
+
+Each way `--device xrt` can be unusable must end before the daemon listens, with
+exit code 2 and exactly one line on stderr that says what is wrong:
+no kernel set, a kernel set that does not match the model, a kernel set missing a
+file it names, and (with a good kernel set) no XRT in the build or no NPU device
+node. `--npu-probe` without an NPU says so in one line and exits 1. `--device auto`
+never picks the NPU here. --check is used so a run that got past the checks ends
+on its own rather than serving.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+
+def main(argv):
+    exe, packgen, mkkset, work = argv[1:5]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    pack = os.path.join(work, "tiny")
+    subprocess.run([packgen, "gen", "--preset", "tiny", "--seed", "3", "--out", pack], check=True,
+                   stdout=subprocess.DEVNULL)
+    env = dict(os.environ)
+    env["HOME"] = work          # no stray config or state from the user running the tests
+    env.pop("MINICPMD_CONFIG", None)
+    failures = []
+    ran = 0
+
+    def kset(name, *args):
+        d = os.path.join(work, "kset-" + name)
+        subprocess.run([sys.executable, "-B", mkkset, pack, d] + list(args), check=True)
+        return d
+
+    def case(title, args, code, pattern):
+        nonlocal ran
+        ran += 1
+        p = subprocess.run([exe, "--model", pack, "--port", "0", "--state-dir",
+                            os.path.join(work, "state")] + args,
+                           env=env, capture_output=True, text=True, timeout=60)
+        lines = [l for l in p.stderr.splitlines() if l.strip()]
+        ok = p.returncode == code and len(lines) == 1 and re.search(pattern, lines[0])
+        print(("ok     " if ok else "FAILED ") + title)
+        print("       exit %d, stderr: %s" % (p.returncode, " | ".join(lines) or "(empty)"))
+        if not ok:
+            failures.append(title)
+
+    case("--device xrt without a kernel set", ["--device", "xrt", "--check"], 2,
+         r"^minicpmd: --device xrt: no NPU kernel set for this model: .*/tiny/open_kernels/"
+         r"manifest\.json does not exist")
+    case("--device xrt with a mismatched kernel set",
+         ["--device", "xrt", "--check", "--npu-kernels",
+          kset("heads", "--set", "spec.num_heads=16")], 2,
+         r"^minicpmd: --device xrt: kernel set .* does not match the model: num_heads is 16 in "
+         r"the kernel set, 4 in the model$")
+    case("--device xrt with a kernel set built for 42 layers",
+         ["--device", "xrt", "--check", "--npu-kernels",
+          kset("layers", "--set", "spec.num_layers=42", "--set",
+               "layers=" + str(["dense"] * 42).replace("'", '"'))], 2,
+         r"num_layers is 42 in the kernel set, 4 in the model$")
+    case("--device xrt with a file missing from the kernel set",
+         ["--device", "xrt", "--check", "--npu-kernels",
+          kset("missing", "--drop", "lm_head_q4/final.xclbin")], 2,
+         r"^minicpmd: --device xrt: kernel set .* is incomplete: lm_head_q4/final\.xclbin "
+         r"\(named in manifest\.json\) does not exist$")
+    good = kset("good")
+    case("--device xrt with a good kernel set and no NPU",
+         ["--device", "xrt", "--check", "--ctx-size", "1024", "--npu-kernels", good], 2,
+         r"^minicpmd: --device xrt: (this build has no XRT device|no NPU: /dev/accel/accel0 "
+         r"does not exist)")
+    case("--npu-probe without an NPU", ["--npu-probe", "--npu-kernels", good], 1,
+         r"^minicpmd: --npu-probe: no NPU")
+    # auto: the CPU, and --check says so on stdout
+    ran += 1
+    p = subprocess.run([exe, "--model", pack, "--check", "--npu-kernels", good], env=env,
+                       capture_output=True, text=True, timeout=120)
+    ok = p.returncode == 0 and "device cpu" in p.stdout
+    print(("ok     " if ok else "FAILED ") + "--device auto picks the CPU without an NPU")
+    print("       exit %d, stdout: %s" % (p.returncode, p.stdout.strip()[:200]))
+    if not ok:
+        failures.append("auto")
+    print("%d passed, %d failed" % (ran - len(failures), len(failures)))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,50 @@
+/* Control of the XRT conformance double (tests/xrt/double/xrt/detail/double.h)
+ * from C tests: read the recorded call sequence and inject the failures the bridge
+ * must map. Everything is process-global; xrtdbl_reset() before each test. */
+#ifndef MINICPMD_TESTS_XRT_DOUBLE_CONTROL_H
+#define MINICPMD_TESTS_XRT_DOUBLE_CONTROL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Clear the log, the counters and every injected failure. */
+void xrtdbl_reset(void);
+
+/* The call log, one call per line ("runlist#0.execute(n=21)"), and its length. */
+const char *xrtdbl_log(void);
+size_t xrtdbl_log_lines(void);
+/* Line i (0-based), or NULL past the end. Valid until the next call into the double. */
+const char *xrtdbl_log_line(size_t i);
+
+/* A runlist of more than n runs never progresses: its wait throws
+ * xrt::runlist::aie_error TIMEOUT naming run n (0-based), with health words, as
+ * amdxdna's TDR reports it. 0 = no limit. */
+void xrtdbl_set_runlist_limit(int n);
+/* The run executed as number i (0-based, counted over every submission since the
+ * reset) ends in ABORT: runlist::command_error, or run::command_error alone. -1 = off. */
+void xrtdbl_set_abort_at(int i);
+/* The n-th wait from now (0 = the next) throws the plain std::runtime_error
+ * "qds_device::wait() unexpected command state"; the object then reports `state`. */
+void xrtdbl_set_unexpected_state(int n, int state);
+/* While set, every wait blocks for its whole timeout (up to 200 ms, so tests stay
+ * quick) and returns std::cv_status::timeout: a hang past the host timeout. */
+void xrtdbl_set_hang(bool on);
+/* The n-th buffer allocation from now throws std::system_error(ENOMEM). -1 = off. */
+void xrtdbl_set_fail_alloc(int n);
+/* Loading an xclbin whose path contains `substr` throws std::runtime_error; NULL = off. */
+void xrtdbl_set_fail_load(const char *substr);
+/* Opening the device throws (no NPU). */
+void xrtdbl_set_fail_device(bool on);
+
+/* Runs that completed since the reset. */
+int xrtdbl_runs_completed(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
