@@ -10,7 +10,7 @@ run_pkgs=(gcc pkg-config meson ninja-build libmicrohttpd-dev libjansson-dev libu
 # python3: the integration harness (stdlib only, run as /usr/bin/python3).
 # clang + libclang-rt-14-dev: the libFuzzer targets. python3-jinja2: renders the
 # official chat template as the oracle for ours.
-test_pkgs=(libcriterion-dev curl systemd python3 python3-jinja2 clang libclang-rt-14-dev)
+test_pkgs=(libcriterion-dev curl systemd python3 python3-jinja2 python3-numpy g++ clang libclang-rt-14-dev)
 
 want=("${run_pkgs[@]}")
 [ "${1:-run}" = test ] && want+=("${test_pkgs[@]}")
