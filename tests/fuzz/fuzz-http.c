@@ -52,7 +52,12 @@ static void make_pack(char *dir)
         fputc(c, out);
     fclose(in);
     fclose(out);
-    if (srv_model_load(dir, &model, err, sizeof err) != 0) {
+    /* The pack and its tokenizer only, no device and worker: generation would
+     * make every input slow (the chat request parser has its own target), and
+     * without a worker /v1/chat/completions answers its 503 path. */
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    if (eng_pack_open(dir, &model.pack, err, sizeof err) != 0 ||
+        !(model.tok = eng_tokenizer_load(path, err, sizeof err))) {
         fprintf(stderr, "fuzz-http: %s\n", err);
         abort();
     }
