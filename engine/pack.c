@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,7 +68,10 @@ static int get_int(json_t *cfg, const char *path, const char *key, long long lo,
     long long x;
     if (json_is_integer(v)) {
         x = json_integer_value(v);
-    } else if (json_is_real(v) && json_real_value(v) == (double)(long long)json_real_value(v)) {
+    } else if (json_is_real(v) && fabs(json_real_value(v)) < 9.0e18 &&
+               json_real_value(v) == (double)(long long)json_real_value(v)) {
+        /* The range check first: casting a double outside long long's range is
+         * undefined (the fuzzer found 1.1e73). */
         x = (long long)json_real_value(v);
     } else {
         return eng__fail(err, errlen, -EINVAL, "%s: field '%s' must be an integer", path, key);
