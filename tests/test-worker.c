@@ -18,6 +18,7 @@
  * Packs: generated with minicpmd-pack gen (MINICPMD_PACK) into MINICPMD_TEST_WORK. */
 #include "engine/worker.h"
 #include "tests/check.h"
+#include "tests/packs.h"
 
 #include <errno.h>
 #include <math.h>
@@ -28,31 +29,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-/* ---- packs (as in test-device.c) ---------------------------------------------------- */
-
-static const char *pack_dir(const char *preset)
-{
-    static char dir[2048];
-    const char *work = getenv("MINICPMD_TEST_WORK"), *gen = getenv("MINICPMD_PACK");
-    cr_assert(work && gen, "MINICPMD_TEST_WORK and MINICPMD_PACK are set by meson test");
-    snprintf(dir, sizeof dir, "%s/%s", work, preset);
-    char probe[2100];
-    snprintf(probe, sizeof probe, "%s/config.json", dir);
-    if (access(probe, R_OK) == 0)
-        return dir;
-    mkdir(work, 0755);
-    char tmp[2100], cmd[8192];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", dir, (int)getpid());
-    snprintf(cmd, sizeof cmd, "'%s' gen --preset %s --seed 7 --out '%s' >/dev/null", gen, preset,
-             tmp);
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
-    if (rename(tmp, dir) != 0) {
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-        cr_assert_eq(system(cmd), 0);
-    }
-    return dir;
-}
 
 static int64_t now_us(void)
 {
