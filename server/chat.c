@@ -652,7 +652,5 @@ void srv_chat_ping(struct srv_app *app)
         next = c->next;
         if (c->stream && now - c->last_write >= PING_MS)
             stream_put(c, strdup(API_SSE_PING));
-        if (!c->stream && !c->req)
-            chat_maybe_free(c);
     }
 }

@@ -13,8 +13,8 @@ int srv_h_chat_completions(srv_request *req, struct srv_response *resp);
  * thread through the app's mailbox. Worker thread. */
 void srv_chat_emit(void *ctx, const struct eng_event *e);
 
-/* SSE comment pings for streams that wrote nothing for a while; frees chats
- * that are done. Loop thread, from a periodic timer. */
+/* SSE comment pings for streams that wrote nothing for a while. Loop thread,
+ * from a periodic timer. */
 void srv_chat_ping(struct srv_app *app);
 
 #endif

@@ -77,8 +77,8 @@ static const char *device_name(enum cfg_device d)
 }
 
 /* The device and the worker over it. */
-static int start_engine(const char *dir, const struct cfg *cfg, eng_worker_emit_fn emit,
-                        void *emit_ctx, struct srv_model *m, char *err, size_t errlen)
+static int start_engine(const struct cfg *cfg, eng_worker_emit_fn emit, void *emit_ctx,
+                        struct srv_model *m, char *err, size_t errlen)
 {
     const struct eng_pack_info *info = eng_pack_get_info(m->pack);
     struct eng_fault_list faults = {0};
@@ -140,7 +140,6 @@ static int start_engine(const char *dir, const struct cfg *cfg, eng_worker_emit_
     rc = 0;
 out:
     eng_fault_list_clear(&faults);
-    (void)dir;
     return rc;
 }
 
@@ -180,7 +179,7 @@ int srv_model_load(const char *dir, const struct cfg *cfg, eng_worker_emit_fn em
                      "with the built-in MiniCPM5 template",
                      path);
     }
-    if (start_engine(dir, cfg, emit, emit_ctx, m, err, errlen) != 0) {
+    if (start_engine(cfg, emit, emit_ctx, m, err, errlen) != 0) {
         srv_model_free(m);
         return -1;
     }

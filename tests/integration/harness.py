@@ -37,23 +37,6 @@ SKIP_EXIT = 77
 # What the harness treats as a sanitizer finding in the daemon's stderr.
 SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
 
-# MiniCPM5-2B's config.json values (the engine validates these).
-MINICPM5_2B_CONFIG = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 2048,
-    "num_hidden_layers": 42,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 2,
-    "head_dim": 128,
-    "intermediate_size": 6144,
-    "vocab_size": 130560,
-    "max_position_embeddings": 131072,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 5000000,
-    "tie_word_embeddings": False,
-}
-
 LISTEN_RE = re.compile(r"listening on http://(\[[0-9a-fA-F:.]+\]|[0-9.]+|[^ :]+):(\d+)")
 
 
