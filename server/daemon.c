@@ -70,12 +70,6 @@ static void log_worker(void *ctx, enum eng_log_level level, const char *msg)
         srv_log(l, "%s", msg);
 }
 
-static const char *device_name(enum cfg_device d)
-{
-    return d == CFG_DEVICE_SIM ? "sim" : d == CFG_DEVICE_XRT ? "xrt" : d == CFG_DEVICE_CPU ? "cpu"
-                                                                                       : "auto";
-}
-
 /* The device and the worker over it. */
 static int start_engine(const struct cfg *cfg, eng_worker_emit_fn emit, void *emit_ctx,
                         struct srv_model *m, char *err, size_t errlen)
@@ -109,8 +103,8 @@ static int start_engine(const struct cfg *cfg, eng_worker_emit_fn emit, void *em
         .sim_latency_us = cfg->sim_latency_us,
         .faults = faults.n ? &faults : NULL,
     };
-    if (eng_device_open(device_name(cfg->device), &dopts, &m->dev, e2, sizeof e2) != 0) {
-        snprintf(err, errlen, "--device %s: %s", device_name(cfg->device), e2);
+    if (eng_device_open(cfg_device_name(cfg->device), &dopts, &m->dev, e2, sizeof e2) != 0) {
+        snprintf(err, errlen, "--device %s: %s", cfg_device_name(cfg->device), e2);
         goto out;
     }
     int n_ctx = cfg->ctx_size > 0 ? cfg->ctx_size : info->hp.n_ctx_train;
