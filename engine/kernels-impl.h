@@ -79,6 +79,9 @@ void eng__matvec_bf16_avx512(const uint16_t *w, int in, int row_begin, int row_e
                              const float *x, float *y);
 void eng__matvec_q4_1_q8_vnni(const uint8_t *chunks, int in, int row_begin, int row_end,
                               const struct eng_q8x *xq, float *y);
+/* kernels-gemv-vbmi.c (VNNI + VBMI) */
+void eng__matvec_q4_1_q8_vbmi(const uint8_t *chunks, int in, int row_begin, int row_end,
+                              const struct eng_q8x *xq, float *y);
 /* kernels-gemm-avx512.c (the quantizer needs only AVX-512 F/BW/VL) */
 void eng__q8x_quantize_batch_avx512(const struct eng_q8x *xq, const float *x, int ldx, int in,
                                     int n_tok);

@@ -41,11 +41,37 @@ static const struct kern_table table_avx512 = {
     .attn_scores = eng__attn_scores_avx512,
     .attn_accum = eng__attn_accum_avx512,
 };
+/* Without VBMI the batched kernel serves one token too: from DRAM it beats a
+ * matvec built on the same in-lane shuffles (kernels-gemm-avx512.c). */
+static void matvec_q4_1_q8_by_matmul(const uint8_t *chunks, int in, int row_begin, int row_end,
+                                     const struct eng_q8x *xq, float *y)
+{
+    eng__matmul_q4_1_q8_vnni(chunks, in, row_begin, row_end, xq, 1, y, 0);
+}
 static const struct kern_table table_avx512_vnni = {
     .q4_1 = eng__matvec_q4_1_avx512,
     .bf16 = eng__matvec_bf16_avx512,
-    .q4_1_q8 = eng__matvec_q4_1_q8_vnni,
+    .q4_1_q8 = matvec_q4_1_q8_by_matmul,
     .q4_1_q8_mm = eng__matmul_q4_1_q8_vnni,
+    .q8x_batch = eng__q8x_quantize_batch_avx512,
+    .attn_scores = eng__attn_scores_avx512,
+    .attn_accum = eng__attn_accum_avx512,
+};
+/* With VBMI one token goes to the decode kernel (kernels-gemv-vbmi.c), a batch
+ * to the tile kernel. */
+static void matmul_q4_1_q8_vbmi(const uint8_t *chunks, int in, int row_begin, int row_end,
+                                const struct eng_q8x *xq, int n_tok, float *y, int ldy)
+{
+    if (n_tok == 1)
+        eng__matvec_q4_1_q8_vbmi(chunks, in, row_begin, row_end, xq, y);
+    else
+        eng__matmul_q4_1_q8_vnni(chunks, in, row_begin, row_end, xq, n_tok, y, ldy);
+}
+static const struct kern_table table_avx512_vbmi = {
+    .q4_1 = eng__matvec_q4_1_avx512,
+    .bf16 = eng__matvec_bf16_avx512,
+    .q4_1_q8 = eng__matvec_q4_1_q8_vbmi,
+    .q4_1_q8_mm = matmul_q4_1_q8_vbmi,
     .q8x_batch = eng__q8x_quantize_batch_avx512,
     .attn_scores = eng__attn_scores_avx512,
     .attn_accum = eng__attn_accum_avx512,
@@ -77,6 +103,12 @@ int eng_isa_has_vnni(void)
     return cpu_has(ENG_ISA_AVX512) && __builtin_cpu_supports("avx512vnni");
 }
 
+int eng_isa_has_vbmi(void)
+{
+    __builtin_cpu_init();
+    return eng_isa_has_vnni() && __builtin_cpu_supports("avx512vbmi");
+}
+
 enum eng_isa eng_isa_detect(void)
 {
     if (cpu_has(ENG_ISA_AVX512))
@@ -93,7 +125,9 @@ int eng_kernels_set_isa(enum eng_isa isa)
         return -1;
     switch (isa) {
     case ENG_ISA_AVX512:
-        t = eng_isa_has_vnni() ? &table_avx512_vnni : &table_avx512;
+        t = eng_isa_has_vbmi()   ? &table_avx512_vbmi
+            : eng_isa_has_vnni() ? &table_avx512_vnni
+                                 : &table_avx512;
         break;
     case ENG_ISA_AVX2:
         t = &table_avx2;

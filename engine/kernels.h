@@ -36,6 +36,9 @@ enum eng_isa eng_isa_detect(void);
 
 /* Whether this CPU has AVX-512 VNNI (used only by eng_matvec_q4_1_q8). */
 int eng_isa_has_vnni(void);
+/* Whether it also has AVX-512 VBMI (then one token of eng_matmul_q4_1_q8_rows
+ * and eng_matvec_q4_1_q8_rows run on the decode kernel). */
+int eng_isa_has_vbmi(void);
 
 /* Force the kernels onto `isa` (tests, benchmarks). Returns 0, or -1 (and
  * changes nothing) if the CPU lacks it. Not thread-safe against running kernels:

@@ -408,8 +408,9 @@ int eng_model_open(const eng_pack *pack, const struct eng_model_opts *o, eng_mod
     fill_costs(m);
     int q8 = m->opts.act == ENG_ACT_Q8;
     enum eng_isa isa = eng_kernels_isa();
+    int vnni = q8 && isa == ENG_ISA_AVX512 && eng_isa_has_vnni();
     snprintf(m->isa, sizeof m->isa, "%s%s%s", eng_isa_name(isa),
-             q8 && isa == ENG_ISA_AVX512 && eng_isa_has_vnni() ? "-vnni" : "",
+             vnni && eng_isa_has_vbmi() ? "-vnni-vbmi" : vnni ? "-vnni" : "",
              q8 ? " int8-act" : " f32-act");
     m->info.isa = m->isa;
     *out = m;

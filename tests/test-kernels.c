@@ -13,6 +13,7 @@
  * one with the same 1e-5 bound per (token, row); the scalar matmul against the
  * scalar matvec token by token, and the batch quantizer against eng_q8x_quantize
  * row by row, bit for bit. */
+#include "engine/kernels-impl.h" /* the VBMI decode kernel, called directly */
 #include "engine/kernels.h"
 #include "tests/check.h"
 
@@ -165,6 +166,8 @@ MCD_TEST(kernels, q4_1_odd_shapes)
     check_q4_1(128, 1000);
 }
 
+#define CANARY (-12345.0f)
+
 /* ---- Q4_1 with int8 x --------------------------------------------------------- */
 
 static void check_q4_1_q8(int out, int in)
@@ -217,6 +220,22 @@ static void check_q4_1_q8(int out, int in)
     } else {
         cr_log_warn("skipping the VNNI path: CPU lacks AVX-512 VNNI");
     }
+    /* The VBMI decode kernel claims the scalar result bit for bit (== also
+     * equates the zeros of either sign, which it may differ in). */
+    if (eng_isa_has_vbmi()) {
+        eng__matvec_q4_1_q8_vbmi(ch, in, 0, out, &xq, ys);
+        for (int r = 0; r < out; r++)
+            cr_assert(ys[r] == ref[r], "vbmi %dx%d row %d: %.9g vs %.9g", out, in, r, ys[r], ref[r]);
+        if (out >= 96) { /* a row sub-range writes its rows only */
+            for (int r = 0; r < out; r++)
+                ys[r] = CANARY;
+            eng__matvec_q4_1_q8_vbmi(ch, in, 32, out - 32, &xq, ys);
+            for (int r = 0; r < out; r++)
+                cr_assert(r >= 32 && r < out - 32 ? ys[r] == ref[r] : ys[r] == CANARY, "vbmi sub-range row %d", r);
+        }
+    } else {
+        cr_log_warn("skipping the VBMI decode kernel: CPU lacks AVX-512 VBMI");
+    }
     free(ch), free(x), free(xq.q), free(xq.d), free(xq.sum), free(ref), free(y), free(ys);
 }
 
@@ -258,7 +277,6 @@ static struct eng_q8x q8_batch_row(const struct q8_batch *b, int t)
     return r;
 }
 
-#define CANARY (-12345.0f)
 
 /* Rows [rb, re) of Y (n_tok x ldy) hold want's values (within tol[t*out + r] when
  * tol, else bit-exact); every other element of y still holds the canary. */

@@ -23,7 +23,15 @@
  * once per call, as in prefill), beside the vpdpbusd peak of this core (best of a
  * tight loop of independent vpdpbusd zmm, 64 MACs each) and the ratio to it. Both
  * are timed in thread CPU time, so a busy machine's other processes do not count.
- * x is quantized outside the timing (eng_q8x_quantize_batch, printed apart). */
+ * x is quantized outside the timing (eng_q8x_quantize_batch, printed apart).
+ *
+ * minicpmd-kbench decode [reps]   (default 300)
+ * instead times every one-token int8 kernel this CPU has side by side on the
+ * MiniCPM5-2B shapes (the VBMI decode kernel, the batched kernel at one token,
+ * the older in-lane matvec), weights from DRAM (cycling copies past 512 MB) and
+ * from cache (one copy): median GB/s of weight bytes, beside one thread's
+ * streaming read. */
+#include "engine/kernels-impl.h" /* decode mode times the per-ISA kernels directly */
 #include "engine/kernels.h"
 #include "engine/pool.h"
 
@@ -316,8 +324,86 @@ static int bench_gemm(int reps)
     return 0;
 }
 
+/* ---- decode: the one-token kernels side by side ---------------------------- */
+
+static void matmul1(const uint8_t *ch, int in, int r0, int r1, const struct eng_q8x *xq, float *y)
+{
+    eng__matmul_q4_1_q8_vnni(ch, in, r0, r1, xq, 1, y, 0);
+}
+
+static void bench_decode_shape(int out, int in, int reps)
+{
+    static const struct {
+        const char *name;
+        kern_q4_1_q8_fn fn;
+        int vbmi;
+    } ks[] = {
+        { "vbmi gemv", eng__matvec_q4_1_q8_vbmi, 1 },
+        { "matmul n=1", matmul1, 0 },
+        { "vnni gemv", eng__matvec_q4_1_q8_vnni, 0 },
+    };
+    int ncol = (in + 255) / 256, cols = eng_q8x_cols(in);
+    size_t mbytes = (size_t)(out / 32) * ncol * ENG_Q4_1_CHUNK_BYTES;
+    int copies = (int)((512u << 20) / mbytes) + 1;
+    uint8_t *w = malloc(mbytes * copies);
+    float *x = malloc((size_t)in * sizeof *x), *y = malloc((size_t)out * sizeof *y);
+    struct eng_q8x xq = { malloc((size_t)cols), malloc(cols / 32 * sizeof(float)),
+                          malloc(cols / 32 * sizeof(float)) };
+    double *t = malloc((size_t)reps * sizeof *t);
+    if (!w || !x || !y || !xq.q || !xq.d || !xq.sum || !t) {
+        fprintf(stderr, "kbench: out of memory\n");
+        exit(1);
+    }
+    for (size_t i = 0; i < mbytes * copies; i += ENG_Q4_1_CHUNK_BYTES) {
+        for (int k = 0; k < 256; k++) {
+            memcpy(w + i + 2 * k, &(uint16_t){ 0x3C24 }, 2);
+            memcpy(w + i + 512 + 2 * k, &(uint16_t){ 0xBDA4 }, 2);
+        }
+        for (int k = 1024; k < ENG_Q4_1_CHUNK_BYTES; k++)
+            w[i + k] = (uint8_t)(rand() >> 7);
+    }
+    for (int i = 0; i < in; i++)
+        x[i] = (float)(rand() % 2001 - 1000) / 1000.0f;
+    eng_q8x_quantize(&xq, x, in);
+    printf("%5dx%-5d", out, in);
+    for (size_t k = 0; k < sizeof ks / sizeof *ks; k++) {
+        if (ks[k].vbmi && !eng_isa_has_vbmi())
+            continue;
+        for (int hot = 0; hot < 2; hot++) {
+            for (int r = 0; r < reps; r++) {
+                const uint8_t *wc = w + mbytes * (size_t)(hot ? 0 : r % copies);
+                double t0 = now();
+                ks[k].fn(wc, in, 0, out, &xq, y);
+                t[r] = now() - t0;
+            }
+            printf("  %s %s %6.2f", ks[k].name, hot ? "hot" : "dram", (double)mbytes / median(t, reps) / 1e9);
+        }
+    }
+    printf("  GB/s\n");
+    free(w), free(x), free(y), free(xq.q), free(xq.d), free(xq.sum), free(t);
+}
+
+static int bench_decode(int reps)
+{
+    if (!eng_isa_has_vnni()) {
+        fprintf(stderr, "kbench decode: this CPU has no AVX-512 VNNI\n");
+        return 1;
+    }
+    printf("decode kernels, one thread, median of %d; stream read (sum over 1 GiB): %.2f GB/s\n", reps,
+           stream_read_gbs());
+    bench_decode_shape(2048, 2048, reps);
+    bench_decode_shape(256, 2048, reps);
+    bench_decode_shape(6144, 2048, reps);
+    bench_decode_shape(2048, 6144, reps);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "decode") == 0) {
+        int reps = argc > 2 ? atoi(argv[2]) : 300;
+        return bench_decode(reps < 3 ? 3 : reps);
+    }
     if (argc > 1 && strcmp(argv[1], "pool") == 0) {
         int threads = argc > 2 ? atoi(argv[2]) : 2;
         long regions = argc > 3 ? atol(argv[3]) : 1000000;
