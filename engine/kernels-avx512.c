@@ -32,12 +32,6 @@ static inline __m256 fold_ps(__m512 v)
                          _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 }
 
-static inline __m256i fold_epi32(__m512i v)
-{
-    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-}
-
-/* Even rows 0,2,..,14 and odd rows 1,3,..,15 -> rows 0..15 in order at y. */
 static inline void store_interleaved(float *y, __m256 even, __m256 odd)
 {
     const __m512i idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
@@ -91,70 +85,6 @@ void eng__matvec_q4_1_avx512(const uint8_t *chunks, int in, int row_begin, int r
                     bf16_pairs(ch + 512 + (g * 32 + h * 16) * 2, &me, &mo);
                     ye[h] = _mm256_fmadd_ps(me, sx, _mm256_fmadd_ps(de, ae, ye[h]));
                     yo[h] = _mm256_fmadd_ps(mo, sx, _mm256_fmadd_ps(dod, ao, yo[h]));
-                }
-            }
-        }
-        float *yr = y + (size_t)rb * ENG_Q4_1_ROWS;
-        store_interleaved(yr, ye[0], yo[0]);
-        store_interleaved(yr + 16, ye[1], yo[1]);
-    }
-}
-
-void eng__matvec_q4_1_q8_vnni(const uint8_t *chunks, int in, int row_begin, int row_end,
-                              const struct eng_q8x *xq, float *y)
-{
-    /* lane L = (column quad L>>1, row-pair half L&1); source dword t = column
-     * t>>1, row-pair half t&1. */
-    const __m512i gather = _mm512_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
-    const __m512i transpose = _mm512_broadcast_i32x4(
-        _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
-    const __m512i m4 = _mm512_set1_epi8(15);
-    const __m512i quad = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    int ncol = (in + ENG_Q4_1_COLS - 1) / ENG_Q4_1_COLS;
-
-    for (int rb = row_begin / ENG_Q4_1_ROWS; rb < row_end / ENG_Q4_1_ROWS; rb++) {
-        __m256 ye[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() };
-        __m256 yo[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() };
-        for (int cb = 0; cb < ncol; cb++) {
-            const uint8_t *ch = chunks + ((size_t)rb * ncol + cb) * ENG_Q4_1_CHUNK_BYTES;
-            /* Half-major, so the chunk is read in memory order (d, m, then the
-             * 2,048 bytes of each half): interleaving the halves costs a third
-             * of the DRAM bandwidth. */
-            for (int h = 0; h < 2; h++)
-            for (int g = 0; g < ENG_Q4_1_COLS / ENG_Q4_1_GROUP; g++) {
-                int xg = cb * (ENG_Q4_1_COLS / ENG_Q4_1_GROUP) + g;
-                /* xv[i]: the int8 x of columns 8i..8i+3 in lanes 0-1 and
-                 * 8i+4..8i+7 in lanes 2-3, every dword of a lane the same. */
-                __m512i xw = _mm512_castsi256_si512(
-                    _mm256_loadu_si256((const __m256i *)(xq->q + xg * ENG_Q4_1_GROUP)));
-                __m512i xv[4];
-                for (int i = 0; i < 4; i++)
-                    xv[i] = _mm512_permutexvar_epi32(_mm512_add_epi32(quad, _mm512_set1_epi32(2 * i)), xw);
-                __m256 dx = _mm256_set1_ps(xq->d[xg]), sx = _mm256_set1_ps(xq->sum[xg]);
-                __m256 dx16 = _mm256_set1_ps(xq->d[xg] * 0.0625f);
-                {
-                    const uint8_t *nb = ch + 1024 + h * 2048 + g * 256;
-                    __m512i e0 = _mm512_setzero_si512(), o0 = e0, e1 = e0, o1 = e0;
-                    for (int i = 0; i < 4; i += 2) {
-                        __m512i v0 = _mm512_loadu_si512(nb + i * 64);
-                        __m512i v1 = _mm512_loadu_si512(nb + i * 64 + 64);
-                        v0 = _mm512_shuffle_epi8(_mm512_permutexvar_epi32(gather, v0), transpose);
-                        v1 = _mm512_shuffle_epi8(_mm512_permutexvar_epi32(gather, v1), transpose);
-                        e0 = _mm512_dpbusd_epi32(e0, _mm512_and_si512(v0, m4), xv[i]);
-                        o0 = _mm512_dpbusd_epi32(o0, _mm512_andnot_si512(m4, v0), xv[i]);
-                        e1 = _mm512_dpbusd_epi32(e1, _mm512_and_si512(v1, m4), xv[i + 1]);
-                        o1 = _mm512_dpbusd_epi32(o1, _mm512_andnot_si512(m4, v1), xv[i + 1]);
-                    }
-                    __m256 ae = _mm256_cvtepi32_ps(fold_epi32(_mm512_add_epi32(e0, e1)));
-                    /* The odd rows were summed as 16*q (high nibble left in place,
-                     * saving a shift); the sums stay below 2^24, so the float is
-                     * exact and the 1/16 too. */
-                    __m256 ao = _mm256_cvtepi32_ps(fold_epi32(_mm512_add_epi32(o0, o1)));
-                    __m256 de, dod, me, mo;
-                    bf16_pairs(ch + (g * 32 + h * 16) * 2, &de, &dod);
-                    bf16_pairs(ch + 512 + (g * 32 + h * 16) * 2, &me, &mo);
-                    ye[h] = _mm256_fmadd_ps(me, sx, _mm256_fmadd_ps(_mm256_mul_ps(de, dx), ae, ye[h]));
-                    yo[h] = _mm256_fmadd_ps(mo, sx, _mm256_fmadd_ps(_mm256_mul_ps(dod, dx16), ao, yo[h]));
                 }
             }
         }

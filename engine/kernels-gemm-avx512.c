@@ -60,7 +60,7 @@ static inline __m512 bf16_even_odd(const uint8_t *p)
 
 /* Groups 0 .. ng-1 of chunk ch into tl. A 64-byte load is 8 columns x 8 row
  * pairs (column-major); vpermd + vpshufb turn it into dword i = (quad i/8, row
- * pair i%8) holding that pair's 4 columns (as in eng__matvec_q4_1_q8_vnni), then
+ * pair i%8) holding that pair's 4 columns, then
  * the low nibbles are the even rows and the high nibbles the odd rows. */
 static void mm_unpack(const uint8_t *ch, int ng, struct mm_tile *tl)
 {

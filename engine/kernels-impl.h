@@ -77,8 +77,6 @@ void eng__matvec_q4_1_avx512(const uint8_t *chunks, int in, int row_begin, int r
                              const float *x, float *y);
 void eng__matvec_bf16_avx512(const uint16_t *w, int in, int row_begin, int row_end,
                              const float *x, float *y);
-void eng__matvec_q4_1_q8_vnni(const uint8_t *chunks, int in, int row_begin, int row_end,
-                              const struct eng_q8x *xq, float *y);
 /* kernels-gemv-vbmi.c (VNNI + VBMI) */
 void eng__matvec_q4_1_q8_vbmi(const uint8_t *chunks, int in, int row_begin, int row_end,
                               const struct eng_q8x *xq, float *y);

@@ -27,8 +27,8 @@
  *
  * minicpmd-kbench decode [reps]   (default 300)
  * instead times every one-token int8 kernel this CPU has side by side on the
- * MiniCPM5-2B shapes (the VBMI decode kernel, the batched kernel at one token,
- * the older in-lane matvec), weights from DRAM (cycling copies past 512 MB) and
+ * MiniCPM5-2B shapes (the VBMI decode kernel, the batched kernel at one token),
+ * weights from DRAM (cycling copies past 512 MB) and
  * from cache (one copy): median GB/s of weight bytes, beside one thread's
  * streaming read. */
 #include "engine/kernels-impl.h" /* decode mode times the per-ISA kernels directly */
@@ -93,6 +93,22 @@ static double stream_read_gbs(void)
     return (double)bytes / median(t, 9) / 1e9;
 }
 
+/* Random nibbles, scales ~0.01, mins ~-0.08 (BF16 0x3C24, 0xBDA4) in every chunk
+ * of w[bytes]; x[in] uniform in [-1, 1]. */
+static void random_weights(uint8_t *w, size_t bytes, float *x, int in)
+{
+    for (size_t i = 0; i < bytes; i += ENG_Q4_1_CHUNK_BYTES) {
+        for (int k = 0; k < 256; k++) {
+            memcpy(w + i + 2 * k, &(uint16_t){ 0x3C24 }, 2);
+            memcpy(w + i + 512 + 2 * k, &(uint16_t){ 0xBDA4 }, 2);
+        }
+        for (int k = 1024; k < ENG_Q4_1_CHUNK_BYTES; k++)
+            w[i + k] = (uint8_t)(rand() >> 7);
+    }
+    for (int i = 0; i < in; i++)
+        x[i] = (float)(rand() % 2001 - 1000) / 1000.0f;
+}
+
 static void bench_shape(int out, int in, int reps)
 {
     int ncol = (in + 255) / 256, cols = eng_q8x_cols(in);
@@ -109,17 +125,7 @@ static void bench_shape(int out, int in, int reps)
         exit(1);
     }
 
-    /* Random nibbles, scales ~0.01, mins ~-0.08 (BF16 0x3C24, 0xBDA4). */
-    for (size_t i = 0; i < mbytes * copies; i += ENG_Q4_1_CHUNK_BYTES) {
-        for (int k = 0; k < 256; k++) {
-            memcpy(w + i + 2 * k, &(uint16_t){ 0x3C24 }, 2);
-            memcpy(w + i + 512 + 2 * k, &(uint16_t){ 0xBDA4 }, 2);
-        }
-        for (int k = 1024; k < ENG_Q4_1_CHUNK_BYTES; k++)
-            w[i + k] = (uint8_t)(rand() >> 7);
-    }
-    for (int i = 0; i < in; i++)
-        x[i] = (float)(rand() % 2001 - 1000) / 1000.0f;
+    random_weights(w, mbytes * copies, x, in);
 
     for (size_t i = 0; i < sizeof isas / sizeof *isas; i++) {
         if (eng_kernels_set_isa(isas[i]) != 0)
@@ -340,7 +346,6 @@ static void bench_decode_shape(int out, int in, int reps)
     } ks[] = {
         { "vbmi gemv", eng__matvec_q4_1_q8_vbmi, 1 },
         { "matmul n=1", matmul1, 0 },
-        { "vnni gemv", eng__matvec_q4_1_q8_vnni, 0 },
     };
     int ncol = (in + 255) / 256, cols = eng_q8x_cols(in);
     size_t mbytes = (size_t)(out / 32) * ncol * ENG_Q4_1_CHUNK_BYTES;
@@ -354,16 +359,7 @@ static void bench_decode_shape(int out, int in, int reps)
         fprintf(stderr, "kbench: out of memory\n");
         exit(1);
     }
-    for (size_t i = 0; i < mbytes * copies; i += ENG_Q4_1_CHUNK_BYTES) {
-        for (int k = 0; k < 256; k++) {
-            memcpy(w + i + 2 * k, &(uint16_t){ 0x3C24 }, 2);
-            memcpy(w + i + 512 + 2 * k, &(uint16_t){ 0xBDA4 }, 2);
-        }
-        for (int k = 1024; k < ENG_Q4_1_CHUNK_BYTES; k++)
-            w[i + k] = (uint8_t)(rand() >> 7);
-    }
-    for (int i = 0; i < in; i++)
-        x[i] = (float)(rand() % 2001 - 1000) / 1000.0f;
+    random_weights(w, mbytes * copies, x, in);
     eng_q8x_quantize(&xq, x, in);
     printf("%5dx%-5d", out, in);
     for (size_t k = 0; k < sizeof ks / sizeof *ks; k++) {
