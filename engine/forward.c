@@ -209,7 +209,7 @@ static void quantize_tok(eng_seq *s, int t, const void *arg)
 {
     int in = *(const int *)arg;
     struct eng_q8x r = q8_row(s, t, in);
-    eng_q8x_quantize(&r, s->xn + (size_t)t * in, in);
+    eng_q8x_quantize_batch(&r, s->xn + (size_t)t * in, in, in, 1); /* SIMD, same bits */
 }
 
 struct norm_arg {
@@ -314,14 +314,7 @@ static void attn_one(eng_seq *s, int l, int t, int u, float *sc)
     const float *q = s->q + (size_t)t * hp->n_heads * hd + (size_t)u * group * hd;
     float *o = s->att + (size_t)t * hp->n_heads * hd + (size_t)u * group * hd;
 
-    for (int h = 0; h < group; h++)
-        eng_attn_scores(q + (size_t)h * hd, K, (size_t)s->kvd, n_pos, hd, scale,
-                        sc + (size_t)h * n_pos);
-    for (int h = 0; h < group; h++) {
-        eng_softmax(sc + (size_t)h * n_pos, n_pos);
-        memset(o + (size_t)h * hd, 0, (size_t)hd * sizeof *o);
-        eng_attn_accum(o + (size_t)h * hd, sc + (size_t)h * n_pos, V, (size_t)s->kvd, n_pos, hd);
-    }
+    eng_attn_gqa(q, group, K, V, (size_t)s->kvd, n_pos, hd, scale, sc, o);
 }
 
 static void attn_region(void *ctx, int ith, int nth)
@@ -330,9 +323,9 @@ static void attn_region(void *ctx, int ith, int nth)
     eng_seq *s = j->s;
     int nkv = s->m->info.n_kv_real, group = s->m->info.hp.n_heads / nkv;
     float *sc = s->scores + (size_t)ith * group * s->n_ctx;
-    int b, e;
-    eng_pool_share(s->n * nkv, 1, ith, nth, &b, &e);
-    for (int i = b; i < e; i++)
+    /* Dealt round-robin, not in ranges: the causal cost grows with t, so the
+     * last range of a prompt would cost ~3x the first. */
+    for (int i = ith; i < s->n * nkv; i += nth)
         attn_one(s, j->layer, i / nkv, i % nkv, sc);
 }
 

@@ -124,36 +124,3 @@ void eng__matvec_bf16_avx512(const uint16_t *w, int in, int row_begin, int row_e
         y[r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
     }
 }
-
-/* ---- attention ---------------------------------------------------------------- */
-
-void eng__attn_scores_avx512(const float *q, const uint16_t *k, size_t ld, int n, int hd,
-                             float scale, float *s)
-{
-    for (int j = 0; j < n; j++) {
-        const uint16_t *kr = k + (size_t)j * ld;
-        __m512 acc = _mm512_setzero_ps();
-        for (int d = 0; d < hd; d += 16)
-            acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), bf16x16(kr + d), acc);
-        s[j] = _mm512_reduce_add_ps(acc) * scale;
-    }
-}
-
-void eng__attn_accum_avx512(float *o, const float *p, const uint16_t *v, size_t ld, int n, int hd)
-{
-    for (int d = 0; d < hd; d += 64) {
-        /* Up to 64 columns stay in registers across all positions. */
-        int w = hd - d < 64 ? hd - d : 64;
-        __m512 a[4];
-        for (int i = 0; i < w / 16; i++)
-            a[i] = _mm512_loadu_ps(o + d + 16 * i);
-        for (int j = 0; j < n; j++) {
-            const uint16_t *vr = v + (size_t)j * ld + d;
-            __m512 pj = _mm512_set1_ps(p[j]);
-            for (int i = 0; i < w / 16; i++)
-                a[i] = _mm512_fmadd_ps(pj, bf16x16(vr + 16 * i), a[i]);
-        }
-        for (int i = 0; i < w / 16; i++)
-            _mm512_storeu_ps(o + d + 16 * i, a[i]);
-    }
-}

@@ -46,16 +46,15 @@ static inline struct eng_q8x kern_q8x_row(const struct eng_q8x *xq, int in, int 
     return r;
 }
 
-typedef void (*kern_attn_scores_fn)(const float *q, const uint16_t *k, size_t ld, int n, int hd,
-                                   float scale, float *s);
-typedef void (*kern_attn_accum_fn)(float *o, const float *p, const uint16_t *v, size_t ld, int n,
-                                   int hd);
-void eng__attn_scores_scalar(const float *q, const uint16_t *k, size_t ld, int n, int hd,
-                             float scale, float *s);
-void eng__attn_accum_scalar(float *o, const float *p, const uint16_t *v, size_t ld, int n, int hd);
-void eng__attn_scores_avx512(const float *q, const uint16_t *k, size_t ld, int n, int hd,
-                             float scale, float *s);
-void eng__attn_accum_avx512(float *o, const float *p, const uint16_t *v, size_t ld, int n, int hd);
+typedef void (*kern_attn_fn)(const float *q, int nq, const uint16_t *k, const uint16_t *v,
+                             size_t ld, int n, int hd, float scale, float *sc, float *o);
+typedef void (*kern_silu_fn)(float *g, const float *u, int n);
+void eng__attn_gqa_scalar(const float *q, int nq, const uint16_t *k, const uint16_t *v, size_t ld,
+                          int n, int hd, float scale, float *sc, float *o);
+void eng__attn_gqa_avx512(const float *q, int nq, const uint16_t *k, const uint16_t *v, size_t ld,
+                          int n, int hd, float scale, float *sc, float *o);
+void eng__silu_mul_scalar(float *g, const float *u, int n);
+void eng__silu_mul_avx512(float *g, const float *u, int n);
 
 void eng__matvec_q4_1_scalar(const uint8_t *chunks, int in, int row_begin, int row_end,
                              const float *x, float *y);

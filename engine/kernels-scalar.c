@@ -192,7 +192,7 @@ void eng_softmax(float *x, int n)
         x[i] *= inv;
 }
 
-void eng_silu_mul(float *g, const float *u, int n)
+void eng__silu_mul_scalar(float *g, const float *u, int n)
 {
     for (int i = 0; i < n; i++)
         g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
@@ -200,8 +200,8 @@ void eng_silu_mul(float *g, const float *u, int n)
 
 /* ---- attention ---------------------------------------------------------------- */
 
-void eng__attn_scores_scalar(const float *q, const uint16_t *k, size_t ld, int n, int hd,
-                             float scale, float *s)
+static void attn_scores(const float *q, const uint16_t *k, size_t ld, int n, int hd, float scale,
+                        float *s)
 {
     for (int j = 0; j < n; j++) {
         const uint16_t *kr = k + (size_t)j * ld;
@@ -216,11 +216,24 @@ void eng__attn_scores_scalar(const float *q, const uint16_t *k, size_t ld, int n
     }
 }
 
-void eng__attn_accum_scalar(float *o, const float *p, const uint16_t *v, size_t ld, int n, int hd)
+static void attn_accum(float *o, const float *p, const uint16_t *v, size_t ld, int n, int hd)
 {
     for (int j = 0; j < n; j++) {
         const uint16_t *vr = v + (size_t)j * ld;
         for (int d = 0; d < hd; d++)
             o[d] += p[j] * eng_bf16_to_f32(vr[d]);
+    }
+}
+
+/* Head by head: scores, eng_softmax, weighted sum of V. */
+void eng__attn_gqa_scalar(const float *q, int nq, const uint16_t *k, const uint16_t *v, size_t ld,
+                          int n, int hd, float scale, float *sc, float *o)
+{
+    for (int h = 0; h < nq; h++) {
+        float *s = sc + (size_t)h * n, *oh = o + (size_t)h * hd;
+        attn_scores(q + (size_t)h * hd, k, ld, n, hd, scale, s);
+        eng_softmax(s, n);
+        memset(oh, 0, (size_t)hd * sizeof *oh);
+        attn_accum(oh, s, v, ld, n, hd);
     }
 }

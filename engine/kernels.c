@@ -10,8 +10,8 @@ struct kern_table {
     kern_q4_1_q8_fn q4_1_q8;
     kern_q4_1_q8_mm_fn q4_1_q8_mm;
     kern_q8x_batch_fn q8x_batch;
-    kern_attn_scores_fn attn_scores;
-    kern_attn_accum_fn attn_accum;
+    kern_attn_fn attn;
+    kern_silu_fn silu;
 };
 
 static const struct kern_table table_scalar = {
@@ -20,8 +20,8 @@ static const struct kern_table table_scalar = {
     .q4_1_q8 = eng__matvec_q4_1_q8_scalar,
     .q4_1_q8_mm = eng__matmul_q4_1_q8_scalar,
     .q8x_batch = eng__q8x_quantize_batch_scalar,
-    .attn_scores = eng__attn_scores_scalar,
-    .attn_accum = eng__attn_accum_scalar,
+    .attn = eng__attn_gqa_scalar,
+    .silu = eng__silu_mul_scalar,
 };
 static const struct kern_table table_avx2 = {
     .q4_1 = eng__matvec_q4_1_avx2,
@@ -29,8 +29,8 @@ static const struct kern_table table_avx2 = {
     .q4_1_q8 = eng__matvec_q4_1_q8_scalar, /* no AVX2 int8 kernel yet */
     .q4_1_q8_mm = eng__matmul_q4_1_q8_scalar,
     .q8x_batch = eng__q8x_quantize_batch_scalar,
-    .attn_scores = eng__attn_scores_scalar,
-    .attn_accum = eng__attn_accum_scalar,
+    .attn = eng__attn_gqa_scalar,
+    .silu = eng__silu_mul_scalar,
 };
 static const struct kern_table table_avx512 = {
     .q4_1 = eng__matvec_q4_1_avx512,
@@ -38,8 +38,8 @@ static const struct kern_table table_avx512 = {
     .q4_1_q8 = eng__matvec_q4_1_q8_scalar, /* replaced by VNNI when present */
     .q4_1_q8_mm = eng__matmul_q4_1_q8_scalar,
     .q8x_batch = eng__q8x_quantize_batch_avx512,
-    .attn_scores = eng__attn_scores_avx512,
-    .attn_accum = eng__attn_accum_avx512,
+    .attn = eng__attn_gqa_avx512,
+    .silu = eng__silu_mul_avx512,
 };
 /* Without VBMI the batched kernel serves one token too: from DRAM it beats a
  * matvec built on the same in-lane shuffles (kernels-gemm-avx512.c). */
@@ -54,8 +54,8 @@ static const struct kern_table table_avx512_vnni = {
     .q4_1_q8 = matvec_q4_1_q8_by_matmul,
     .q4_1_q8_mm = eng__matmul_q4_1_q8_vnni,
     .q8x_batch = eng__q8x_quantize_batch_avx512,
-    .attn_scores = eng__attn_scores_avx512,
-    .attn_accum = eng__attn_accum_avx512,
+    .attn = eng__attn_gqa_avx512,
+    .silu = eng__silu_mul_avx512,
 };
 /* With VBMI one token goes to the decode kernel (kernels-gemv-vbmi.c), a batch
  * to the tile kernel. */
@@ -73,8 +73,8 @@ static const struct kern_table table_avx512_vbmi = {
     .q4_1_q8 = eng__matvec_q4_1_q8_vbmi,
     .q4_1_q8_mm = matmul_q4_1_q8_vbmi,
     .q8x_batch = eng__q8x_quantize_batch_avx512,
-    .attn_scores = eng__attn_scores_avx512,
-    .attn_accum = eng__attn_accum_avx512,
+    .attn = eng__attn_gqa_avx512,
+    .silu = eng__silu_mul_avx512,
 };
 
 /* NULL until first use; a race there only makes two threads store the same
@@ -187,15 +187,15 @@ void eng_matvec_bf16_rows(const uint16_t *w, int in, int row_begin, int row_end,
     kern_get()->bf16(w, in, row_begin, row_end, x, y);
 }
 
-void eng_attn_scores(const float *q, const uint16_t *k, size_t ld, int n, int hd, float scale,
-                     float *s)
+void eng_attn_gqa(const float *q, int nq, const uint16_t *k, const uint16_t *v, size_t ld, int n,
+                  int hd, float scale, float *sc, float *o)
 {
-    kern_get()->attn_scores(q, k, ld, n, hd, scale, s);
+    kern_get()->attn(q, nq, k, v, ld, n, hd, scale, sc, o);
 }
 
-void eng_attn_accum(float *o, const float *p, const uint16_t *v, size_t ld, int n, int hd)
+void eng_silu_mul(float *g, const float *u, int n)
 {
-    kern_get()->attn_accum(o, p, v, ld, n, hd);
+    kern_get()->silu(g, u, n);
 }
 
 void eng_matvec_bf16(const uint16_t *w, int out, int in, const float *x, float *y)

@@ -113,13 +113,15 @@ void eng_matmul_q4_1_q8_rows(const uint8_t *chunks, int in, int row_begin, int r
 
 /* ---- attention over a BF16 KV cache ------------------------------------------ */
 
-/* s[j] = scale * (q . K_j) for j < n; row j of K at k + j*ld (BF16), hd columns
- * (a multiple of 16). */
-void eng_attn_scores(const float *q, const uint16_t *k, size_t ld, int n, int hd, float scale,
-                     float *s);
-
-/* o[0..hd) += sum_j p[j] * V_j for j < n; row j of V at v + j*ld (BF16). */
-void eng_attn_accum(float *o, const float *p, const uint16_t *v, size_t ld, int n, int hd);
+/* Attention of nq query heads that share one KV head (GQA), over positions
+ * 0 .. n-1 (the caller's causal window): for each head h (q + h*hd),
+ *   o[h] = sum_j softmax_j(scale * q_h . K_j) V_j,
+ * K/V row j at k/v + j*ld (BF16), hd a multiple of 16. sc is nq*n floats of
+ * scratch (on return, head h's normalized or unnormalized weights at sc + h*n);
+ * o is nq*hd floats, overwritten. The AVX-512 path differs from the scalar one by
+ * summation order and a polynomial exp only. */
+void eng_attn_gqa(const float *q, int nq, const uint16_t *k, const uint16_t *v, size_t ld, int n,
+                  int hd, float scale, float *sc, float *o);
 
 /* ---- per-token kernels ----------------------------------------------------- */
 
@@ -134,7 +136,8 @@ void eng_rope_neox(float *v, int n_heads, int head_dim, int pos, double theta);
 /* In-place softmax over x[n] (max-subtracted, float accumulation). */
 void eng_softmax(float *x, int n);
 
-/* g[i] = silu(g[i]) * u[i], silu(t) = t / (1 + exp(-t)). */
+/* g[i] = silu(g[i]) * u[i], silu(t) = t / (1 + exp(-t)) (AVX-512: a polynomial exp,
+ * within 2 ulp of expf). */
 void eng_silu_mul(float *g, const float *u, int n);
 
 #endif

@@ -550,6 +550,91 @@ MCD_TEST(kernels, bf16_shapes)
     check_bf16(3, 2049);
 }
 
+/* ---- GQA attention ------------------------------------------------------------- */
+
+/* nq heads sharing one KV head over n positions, hd wide, the K/V rows ld apart
+ * (as in the cache: other heads' columns between them). Every path against a
+ * float64 evaluation of the same BF16 data: per output element
+ * |o - o64| <= 2e-5 * sum_j p_j |V_jd| + 1e-6 * max |V|, the first term the
+ * float accumulation of the weighted sum, the second the score and exp rounding
+ * (scores carry ~1e-6 relative error into p). `sharp` scales q so that the
+ * softmax is nearly one-hot and exp underflows for most positions. */
+static void check_attn(int nq, int n, int hd, float sharp)
+{
+    const int isas[] = {ENG_ISA_SCALAR, ENG_ISA_AVX2, ENG_ISA_AVX512};
+    size_t ld = (size_t)hd * 2 + 16;
+    rng_state = (uint64_t)nq * 1000003u + (uint64_t)n * 131 + (uint64_t)hd;
+    float *q = malloc((size_t)nq * hd * sizeof *q), *o = malloc((size_t)nq * hd * sizeof *o);
+    float *sc = malloc((size_t)nq * n * sizeof *sc);
+    uint16_t *k = malloc((size_t)n * ld * 2), *v = malloc((size_t)n * ld * 2);
+    double *o64 = malloc((size_t)nq * hd * sizeof *o64), *bound = malloc((size_t)nq * hd * sizeof *bound);
+    double *p = malloc((size_t)n * sizeof *p);
+    cr_assert(q && o && sc && k && v && o64 && bound && p);
+    for (int i = 0; i < nq * hd; i++)
+        q[i] = rndf(-1.0f, 1.0f) * sharp;
+    double vmax = 0;
+    for (size_t i = 0; i < (size_t)n * ld; i++) {
+        k[i] = to_bf16(rndf(-1.0f, 1.0f));
+        v[i] = to_bf16(rndf(-2.0f, 2.0f));
+        vmax = fmax(vmax, fabs(from_bf16(v[i])));
+    }
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int h = 0; h < nq; h++) {
+        double mx = -INFINITY, sum = 0;
+        for (int j = 0; j < n; j++) {
+            double d = 0;
+            for (int c = 0; c < hd; c++)
+                d += (double)q[h * hd + c] * from_bf16(k[j * ld + c]);
+            p[j] = d * scale;
+            mx = fmax(mx, p[j]);
+        }
+        for (int j = 0; j < n; j++)
+            sum += p[j] = exp(p[j] - mx);
+        for (int c = 0; c < hd; c++) {
+            double a = 0, b = 0;
+            for (int j = 0; j < n; j++) {
+                a += p[j] / sum * from_bf16(v[j * ld + c]);
+                b += p[j] / sum * fabs(from_bf16(v[j * ld + c]));
+            }
+            o64[h * hd + c] = a;
+            bound[h * hd + c] = 2e-5 * b + 1e-6 * vmax;
+        }
+    }
+    for (size_t i = 0; i < sizeof isas / sizeof *isas; i++) {
+        if (eng_kernels_set_isa(isas[i]) != 0)
+            continue;
+        for (int j = 0; j < nq * hd; j++)
+            o[j] = NAN; /* every element must be written */
+        eng_attn_gqa(q, nq, k, v, ld, n, hd, scale, sc, o);
+        for (int j = 0; j < nq * hd; j++)
+            cr_assert(fabs(o[j] - o64[j]) <= bound[j], "%s nq %d n %d hd %d sharp %g: o[%d] %.9g vs %.9g",
+                      eng_isa_name(isas[i]), nq, n, hd, sharp, j, o[j], o64[j]);
+    }
+    eng_kernels_set_isa(eng_isa_detect());
+    free(q), free(o), free(sc), free(k), free(v), free(o64), free(bound), free(p);
+}
+
+MCD_TEST(kernels, attn_gqa_minicpm5)
+{
+    /* MiniCPM5: 8 query heads per KV head, head_dim 128; one position (the first
+     * decode step), a key block and a tail, a prompt's worth */
+    for (int n = 1; n <= 3; n++)
+        check_attn(8, n, 128, 1.0f);
+    check_attn(8, 17, 128, 1.0f);
+    check_attn(8, 513, 128, 1.0f);
+    check_attn(8, 100, 128, 40.0f);
+}
+
+MCD_TEST(kernels, attn_gqa_other_shapes)
+{
+    check_attn(16, 40, 128, 1.0f); /* two blocks of 8 */
+    check_attn(6, 35, 48, 3.0f);   /* blocks of 4 and 2; a 16-column tail */
+    check_attn(3, 9, 16, 1.0f);    /* 2 + 1 */
+    check_attn(1, 20, 64, 1.0f);
+    check_attn(4, 33, 64, 10.0f);
+    check_attn(2, 1, 32, 1.0f);
+}
+
 /* ---- dispatch and per-token kernels (values: tests/kernels/oracle.py) -------- */
 
 MCD_TEST(kernels, dispatch)
