@@ -11,7 +11,7 @@
  *   loop         text -> output parser (reasoning / content / tool calls) ->
  *                chunks (stream) or the accumulated message (non-stream)
  *
- * A client that leaves (hang-up probe, MHD, a full stream buffer) cancels the
+ * A client that leaves (hang-up watch, MHD, a full stream buffer) cancels the
  * worker's request; the chat is freed when the worker's final event has arrived
  * and the answer is done, whichever comes last (style rule 10). */
 #include "api/chat-req.h"

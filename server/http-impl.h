@@ -11,10 +11,11 @@
 
 struct srv_stream;
 
-/* One open TCP connection (MHD's socket_context), for the hang-up probe. */
+/* One open TCP connection (MHD's socket_context), for the hang-up watch. */
 struct conn {
     struct conn *prev, *next;
     int fd;
+    uint64_t id;                 /* its key in the hang-up epoll set */
     srv_request *deferred;       /* the request waiting on this connection, if any */
 };
 
@@ -23,7 +24,9 @@ struct srv_http {
     struct MHD_Daemon *mhd;
     uv_poll_t poll;
     uv_timer_t timer;
-    uv_timer_t probe;            /* finds peers that hung up (see on_probe) */
+    int hup_fd;                  /* epoll set of connections, EPOLLRDHUP only (see on_hup) */
+    uv_poll_t hup;
+    uint64_t next_conn_id;
     struct conn conns;           /* list head of open connections */
     srv_request *deferred;       /* list of requests suspended until srv_request_complete */
     int open_handles;            /* uv handles not yet closed */
@@ -62,7 +65,7 @@ struct srv_request {
     bool cancelled;
     srv_cancel_fn on_cancel;
     void *cancel_ud;
-    struct conn *conn_ctx;       /* for the hang-up probe */
+    struct conn *conn_ctx;       /* for the hang-up watch */
     srv_request *dprev, *dnext;  /* in srv_http.deferred while deferred */
     struct srv_response pending; /* the answer, until MHD asks for it */
     struct srv_stream *stream;   /* a streamed answer (server/stream.c), or NULL */

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -540,8 +541,14 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         struct conn *c = ci ? calloc(1, sizeof *c) : NULL;
-        if (c) {           /* without it the connection is only not probed */
+        if (c) { /* without it the connection is only not watched */
             c->fd = ci->connect_fd;
+            c->id = ++h->next_conn_id;
+            /* Keyed by id, not pointer: an event may name a connection that has
+             * closed since (its fd's entry leaves the set when MHD closes it). */
+            struct epoll_event ev = {.events = EPOLLRDHUP | EPOLLONESHOT, .data.u64 = c->id};
+            if (epoll_ctl(h->hup_fd, EPOLL_CTL_ADD, c->fd, &ev) != 0)
+                log_warn("connection not watched for hang-ups: epoll_ctl: %s", strerror(errno));
             c->next = h->conns.next;
             c->prev = &h->conns;
             h->conns.next->prev = c;
@@ -607,26 +614,37 @@ static void on_timer(uv_timer_t *t) { run_mhd(t->data); }
 /* libmicrohttpd 0.9.75 misses a peer's FIN in several states: after a short read
  * (its edge-triggered epoll stops reading), while a connection is suspended, and
  * while it only writes (docs/openai-api.md §5.4, §5.8). Such a connection would
- * hold a slot and an in-flight request until --timeout. So every PROBE_MS we ask
- * the kernel: a socket whose peer hung up (POLLRDHUP/HUP/ERR, never plain POLLIN,
- * which a pipelined request also sets) is shut down, which MHD does notice.
+ * hold a slot and an in-flight request until --timeout. So every connection is
+ * also in an epoll set of our own that waits for EPOLLRDHUP alone (never EPOLLIN,
+ * which a pipelined request also raises): a socket whose peer hung up is shut
+ * down at once, which MHD does notice, and a request waiting on it is cancelled.
  * OpenAI clients never half-close a connection they still want an answer on. */
-#define PROBE_MS 200
-
-static void on_probe(uv_timer_t *t)
+static void on_hup(uv_poll_t *p, int status, int events)
 {
-    srv_http *h = t->data;
+    (void)events;
+    srv_http *h = p->data;
+    struct epoll_event ev[64];
     bool hung_up = false;
-    for (struct conn *c = h->conns.next; c != &h->conns; c = c->next) {
-        struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
-        if (poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+    int n;
+    if (status < 0) {
+        log_warn("poll on the hang-up epoll fd failed: %s", uv_strerror(status));
+        return;
+    }
+    do {
+        n = epoll_wait(h->hup_fd, ev, 64, 0);
+        for (int i = 0; i < n; i++) {
+            struct conn *c = h->conns.next;
+            while (c != &h->conns && c->id != ev[i].data.u64)
+                c = c->next;
+            if (c == &h->conns)
+                continue; /* closed since */
             shutdown(c->fd, SHUT_RDWR);
             hung_up = true;
             /* MHD cannot see it while the request is suspended: tell the work. */
             if (c->deferred)
                 cancel(c->deferred);
         }
-    }
+    } while (n == 64);
     if (hung_up)
         run_mhd(h);
 }
@@ -670,14 +688,21 @@ int srv_http_start(uv_loop_t *loop, const struct srv_http_config *cfg, srv_http 
         free(h);
         return -1;
     }
+    h->hup_fd = epoll_create1(EPOLL_CLOEXEC);
+    if (h->hup_fd < 0) {
+        snprintf(err, errlen, "epoll_create1: %s", strerror(errno));
+        MHD_stop_daemon(h->mhd);
+        free(h);
+        return -1;
+    }
     uv_poll_init(loop, &h->poll, info->epoll_fd);
     uv_timer_init(loop, &h->timer);
-    uv_timer_init(loop, &h->probe);
+    uv_poll_init(loop, &h->hup, h->hup_fd);
     h->poll.data = h;
     h->timer.data = h;
-    h->probe.data = h;
+    h->hup.data = h;
     h->open_handles = 3;
-    uv_timer_start(&h->probe, on_probe, PROBE_MS, PROBE_MS);
+    uv_poll_start(&h->hup, UV_READABLE, on_hup);
     uv_poll_start(&h->poll, UV_READABLE, on_poll);
     arm_timer(h);
     *out = h;
@@ -704,8 +729,10 @@ size_t srv_http_connections(const srv_http *h) { return h->connections; }
 static void on_handle_closed(uv_handle_t *handle)
 {
     srv_http *h = handle->data;
-    if (--h->open_handles == 0)
+    if (--h->open_handles == 0) {
+        close(h->hup_fd);
         free(h);
+    }
 }
 
 void srv_http_stop(srv_http *h)
@@ -729,12 +756,12 @@ void srv_http_stop(srv_http *h)
     MHD_run(h->mhd);
     uv_poll_stop(&h->poll);
     uv_timer_stop(&h->timer);
-    uv_timer_stop(&h->probe);
+    uv_poll_stop(&h->hup);
     /* Runs on_completed for what is still open; it needs h and the metrics. */
     MHD_stop_daemon(h->mhd);
     h->mhd = NULL;
     h->stopping = true;
     uv_close((uv_handle_t *)&h->poll, on_handle_closed);
     uv_close((uv_handle_t *)&h->timer, on_handle_closed);
-    uv_close((uv_handle_t *)&h->probe, on_handle_closed);
+    uv_close((uv_handle_t *)&h->hup, on_handle_closed);
 }
