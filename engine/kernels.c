@@ -23,11 +23,17 @@ static const struct kern_table table_scalar = {
     .attn = eng__attn_gqa_scalar,
     .silu = eng__silu_mul_scalar,
 };
+/* The AVX2 tile kernel serves one token too (kernels-gemm-avx2.c). */
+static void matvec_q4_1_q8_avx2(const uint8_t *chunks, int in, int row_begin, int row_end,
+                                const struct eng_q8x *xq, float *y)
+{
+    eng__matmul_q4_1_q8_avx2(chunks, in, row_begin, row_end, xq, 1, y, 0);
+}
 static const struct kern_table table_avx2 = {
     .q4_1 = eng__matvec_q4_1_avx2,
     .bf16 = eng__matvec_bf16_avx2,
-    .q4_1_q8 = eng__matvec_q4_1_q8_scalar, /* no AVX2 int8 kernel yet */
-    .q4_1_q8_mm = eng__matmul_q4_1_q8_scalar,
+    .q4_1_q8 = matvec_q4_1_q8_avx2,
+    .q4_1_q8_mm = eng__matmul_q4_1_q8_avx2,
     .q8x_batch = eng__q8x_quantize_batch_scalar,
     .attn = eng__attn_gqa_scalar,
     .silu = eng__silu_mul_scalar,

@@ -10,7 +10,7 @@
  * 1e-5 bound (the integer sums are exact, only the float combine differs); against
  * the exact float product the quantization bound sum_c |w_rc| * d_x[g]/2.
  * Prefill matmul (int8 x, a batch of tokens): the VNNI kernel against the scalar
- * one with the same 1e-5 bound per (token, row); the scalar matmul against the
+ * one with the same 1e-5 bound per (token, row), the AVX2 one bit for bit; the scalar matmul against the
  * scalar matvec token by token, and the batch quantizer against eng_q8x_quantize
  * row by row, bit for bit. */
 #include "engine/kernels-impl.h" /* the VBMI decode kernel, called directly */
@@ -220,6 +220,14 @@ static void check_q4_1_q8(int out, int in)
     } else {
         cr_log_warn("skipping the VNNI path: CPU lacks AVX-512 VNNI");
     }
+    /* The AVX2 tile kernel at one token: the scalar result bit for bit. */
+    if (eng_kernels_set_isa(ENG_ISA_AVX2) == 0) {
+        eng_matvec_q4_1_q8_rows(ch, in, 0, out, &xq, ys);
+        for (int r = 0; r < out; r++)
+            cr_assert(ys[r] == ref[r], "avx2 %dx%d row %d: %.9g vs %.9g", out, in, r, ys[r], ref[r]);
+    } else {
+        cr_log_warn("skipping the AVX2 path: CPU lacks AVX2");
+    }
     /* The VBMI decode kernel claims the scalar result bit for bit (== also
      * equates the zeros of either sign, which it may differ in). */
     if (eng_isa_has_vbmi()) {
@@ -371,6 +379,20 @@ static void check_matmul(int out, int in, int n_tok)
         fill_canary(y, ny);
         eng_matmul_q4_1_q8_rows(ch, in, rb, re, &b.xq, n_tok, y, ldy);
         check_rows("scalar sub-range", y, ref, NULL, out, in, n_tok, ldy, rb, re);
+    }
+
+    /* The AVX2 tile kernel: bit for bit, whole and in row ranges. */
+    if (eng_kernels_set_isa(ENG_ISA_AVX2) == 0) {
+        int ranges[][2] = { { 0, out }, { 0, 32 }, { out - 32, out }, { 32, out >= 96 ? out - 32 : out } };
+        for (int i = 0; i < 4; i++) {
+            if (ranges[i][0] >= ranges[i][1])
+                continue;
+            fill_canary(yv, ny);
+            eng_matmul_q4_1_q8_rows(ch, in, ranges[i][0], ranges[i][1], &b.xq, n_tok, yv, ldy);
+            check_rows("avx2 matmul", yv, ref, NULL, out, in, n_tok, ldy, ranges[i][0], ranges[i][1]);
+        }
+    } else {
+        cr_log_warn("skipping the AVX2 matmul: CPU lacks AVX2");
     }
 
     if (eng_kernels_set_isa(ENG_ISA_AVX512) == 0 && eng_isa_has_vnni()) {

@@ -24,7 +24,8 @@
  * tight loop of independent vpdpbusd zmm, 64 MACs each) and the ratio to it. Both
  * are timed in thread CPU time, so a busy machine's other processes do not count.
  * x is quantized outside the timing (eng_q8x_quantize_batch, printed apart).
- * KBENCH_HOT=1 reuses one copy of the weights (the compute ceiling).
+ * KBENCH_HOT=1 reuses one copy of the weights (the compute ceiling);
+ * KBENCH_ISA=avx2|scalar|avx512 forces that ISA's kernels.
  *
  * minicpmd-kbench decode [reps]   (default 300)
  * instead times every one-token int8 kernel this CPU has side by side on the
@@ -322,8 +323,12 @@ static void bench_gemm_shape(int out, int in, int reps, double peak_gmacs)
 static int bench_gemm(int reps)
 {
     double peak = vpdpbusd_peak() * 64 / 1e9;
-    printf("gemm, one thread, ISA %s%s, thread CPU time, median of up to %d calls\n", eng_isa_name(eng_kernels_isa()),
-           eng_kernels_isa() == ENG_ISA_AVX512 && eng_isa_has_vnni() ? " + VNNI" : " (scalar int8 matmul)", reps);
+    enum eng_isa isa = eng_kernels_isa();
+    printf("gemm, one thread, ISA %s%s, thread CPU time, median of up to %d calls\n", eng_isa_name(isa),
+           isa == ENG_ISA_AVX512 && eng_isa_has_vnni() ? " + VNNI"
+           : isa == ENG_ISA_AVX512 || isa == ENG_ISA_SCALAR ? " (scalar int8 matmul)"
+                                                             : " (vpmaddubsw int8 matmul)",
+           reps);
     if (peak > 0)
         printf("vpdpbusd zmm peak: %.1f GMAC/s (%.2f G instructions/s)\n", peak, peak / 64);
     bench_gemm_shape(2048, 2048, reps, peak); /* q_proj, o_proj */
@@ -410,6 +415,13 @@ int main(int argc, char **argv)
     }
     if (argc > 1 && strcmp(argv[1], "gemm") == 0) {
         int reps = argc > 2 ? atoi(argv[2]) : 15;
+        const char *isa = getenv("KBENCH_ISA");
+        if (isa && eng_kernels_set_isa(!strcmp(isa, "avx2")     ? ENG_ISA_AVX2
+                                       : !strcmp(isa, "scalar") ? ENG_ISA_SCALAR
+                                                                : ENG_ISA_AVX512) != 0) {
+            fprintf(stderr, "kbench: this CPU lacks %s\n", isa);
+            return 1;
+        }
         return bench_gemm(reps < 3 ? 3 : reps);
     }
     int reps = argc > 1 ? atoi(argv[1]) : 200;
