@@ -16,6 +16,8 @@ struct conn {
     struct conn *prev, *next;
     int fd;
     uint64_t id;                 /* its key in the hang-up epoll set */
+    bool hup;                    /* the peer shut its side at hup_at (loop ms): */
+    uint64_t hup_at;             /* shut down HUP_GRACE_MS later */
     srv_request *deferred;       /* the request waiting on this connection, if any */
 };
 
@@ -26,6 +28,7 @@ struct srv_http {
     uv_timer_t timer;
     int hup_fd;                  /* epoll set of connections, EPOLLRDHUP only (see on_hup) */
     uv_poll_t hup;
+    uv_timer_t reap;             /* shuts down connections whose peer hung up */
     uint64_t next_conn_id;
     struct conn conns;           /* list head of open connections */
     srv_request *deferred;       /* list of requests suspended until srv_request_complete */

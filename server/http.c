@@ -616,15 +616,52 @@ static void on_timer(uv_timer_t *t) { run_mhd(t->data); }
  * while it only writes (docs/openai-api.md §5.4, §5.8). Such a connection would
  * hold a slot and an in-flight request until --timeout. So every connection is
  * also in an epoll set of our own that waits for EPOLLRDHUP alone (never EPOLLIN,
- * which a pipelined request also raises): a socket whose peer hung up is shut
- * down at once, which MHD does notice, and a request waiting on it is cancelled.
- * OpenAI clients never half-close a connection they still want an answer on. */
+ * which a pipelined request also raises). A peer that shut its side while a
+ * request waits on the connection (a generation, a stream) has left: the socket
+ * is shut down, which MHD does notice, and the work is cancelled at once. Any
+ * other connection gets HUP_GRACE_MS first: a client may half-close right after
+ * its request (HTTP allows it; curl --no-buffer, nc -N and raw-socket tests do)
+ * and its answer, usually written in the same MHD run, must not be cut off; a
+ * request that got suspended meanwhile is cancelled then. OpenAI clients never
+ * half-close a connection they still want an answer on. */
+#define HUP_GRACE_MS 100
+
+static void hang_up(struct conn *c)
+{
+    shutdown(c->fd, SHUT_RDWR);
+    /* MHD cannot see it while the request is suspended: tell the work. */
+    if (c->deferred)
+        cancel(c->deferred);
+}
+
+static void on_reap(uv_timer_t *t)
+{
+    srv_http *h = t->data;
+    uint64_t now = uv_now(t->loop), next = 0;
+    bool any = false;
+    for (struct conn *c = h->conns.next; c != &h->conns; c = c->next) {
+        if (!c->hup)
+            continue;
+        if (now - c->hup_at >= HUP_GRACE_MS) {
+            c->hup = false;
+            hang_up(c);
+            any = true;
+        } else if (!next || c->hup_at + HUP_GRACE_MS - now < next) {
+            next = c->hup_at + HUP_GRACE_MS - now;
+        }
+    }
+    if (next)
+        uv_timer_start(&h->reap, on_reap, next, 0);
+    if (any)
+        run_mhd(h);
+}
+
 static void on_hup(uv_poll_t *p, int status, int events)
 {
     (void)events;
     srv_http *h = p->data;
     struct epoll_event ev[64];
-    bool hung_up = false;
+    bool hung_up = false, wait = false;
     int n;
     if (status < 0) {
         log_warn("poll on the hang-up epoll fd failed: %s", uv_strerror(status));
@@ -638,13 +675,18 @@ static void on_hup(uv_poll_t *p, int status, int events)
                 c = c->next;
             if (c == &h->conns)
                 continue; /* closed since */
-            shutdown(c->fd, SHUT_RDWR);
-            hung_up = true;
-            /* MHD cannot see it while the request is suspended: tell the work. */
-            if (c->deferred)
-                cancel(c->deferred);
+            if (c->deferred) {
+                hang_up(c);
+                hung_up = true;
+            } else {
+                c->hup = true;
+                c->hup_at = uv_now(p->loop);
+                wait = true;
+            }
         }
     } while (n == 64);
+    if (wait && !uv_is_active((uv_handle_t *)&h->reap))
+        uv_timer_start(&h->reap, on_reap, HUP_GRACE_MS, 0);
     if (hung_up)
         run_mhd(h);
 }
@@ -698,10 +740,12 @@ int srv_http_start(uv_loop_t *loop, const struct srv_http_config *cfg, srv_http 
     uv_poll_init(loop, &h->poll, info->epoll_fd);
     uv_timer_init(loop, &h->timer);
     uv_poll_init(loop, &h->hup, h->hup_fd);
+    uv_timer_init(loop, &h->reap);
     h->poll.data = h;
     h->timer.data = h;
     h->hup.data = h;
-    h->open_handles = 3;
+    h->reap.data = h;
+    h->open_handles = 4;
     uv_poll_start(&h->hup, UV_READABLE, on_hup);
     uv_poll_start(&h->poll, UV_READABLE, on_poll);
     arm_timer(h);
@@ -757,6 +801,7 @@ void srv_http_stop(srv_http *h)
     uv_poll_stop(&h->poll);
     uv_timer_stop(&h->timer);
     uv_poll_stop(&h->hup);
+    uv_timer_stop(&h->reap);
     /* Runs on_completed for what is still open; it needs h and the metrics. */
     MHD_stop_daemon(h->mhd);
     h->mhd = NULL;
@@ -764,4 +809,5 @@ void srv_http_stop(srv_http *h)
     uv_close((uv_handle_t *)&h->poll, on_handle_closed);
     uv_close((uv_handle_t *)&h->timer, on_handle_closed);
     uv_close((uv_handle_t *)&h->hup, on_handle_closed);
+    uv_close((uv_handle_t *)&h->reap, on_handle_closed);
 }
