@@ -1,4 +1,5 @@
-/* POST /v1/chat/completions request validation.
+/* POST /v1/chat/completions request validation: the top level, the helpers the
+ * checks share, and the scalar parameters.
  *
  * One pass over the body in the order of OpenAI's reference, refusing at the first
  * field that is wrong. Messages are checked for the shapes OpenAI accepts and this
@@ -6,8 +7,13 @@
  * string holding NUL, say) is decided later by eng_prompt_build(), which names the
  * field the same way. The messages wording follows OpenAI's own ("Invalid type for
  * 'temperature': expected a number, but got a string instead."), so client code
- * that shows them reads the same against either server. */
-#include "api/chat-req.h"
+ * that shows them reads the same against either server.
+ *
+ * The messages array is checked in chat-req-msgs.c, tools and tool_choice in
+ * chat-req-tools.c; this file keeps refusing and reading one field (shared with
+ * them through chat-req-impl.h), the sampling knobs, lengths, stop, logit_bias,
+ * logprobs and stream, and api_chat_req_parse(), which decides the order. */
+#include "api/chat-req-impl.h"
 
 #include <errno.h>
 #include <float.h>
@@ -53,9 +59,7 @@ static int refuse_as(struct api_bad_request *bad, enum api_error e, const char *
     return -1;
 }
 
-static int refuse(struct api_bad_request *bad, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int refuse(struct api_bad_request *bad, const char *param, const char *fmt, ...)
+int api__refuse(struct api_bad_request *bad, const char *param, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -72,10 +76,9 @@ static int oom(struct api_bad_request *bad)
     return -1;
 }
 
-/* A JSON path for `param`; one that does not fit is cut (refuse() then trims it to
+/* A JSON path for `param`; one that does not fit is cut (api__refuse() then trims it to
  * a whole character). */
-static void path(char *p, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void path(char *p, size_t size, const char *fmt, ...)
+void api__path(char *p, size_t size, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -84,11 +87,7 @@ static void path(char *p, size_t size, const char *fmt, ...)
 }
 
 /* A client string quoted in a message: at most ~40 bytes, cut at a character. */
-struct quote {
-    char s[64];
-};
-
-static struct quote quoted(const char *s)
+struct quote api__quoted(const char *s)
 {
     struct quote q;
     size_t n = strlen(s);
@@ -119,43 +118,43 @@ static const char *type_name(const json_t *v)
     return "a value";
 }
 
-static int wrong_type(struct api_bad_request *bad, const char *param, const char *expected,
-                      const json_t *v)
+int api__wrong_type(struct api_bad_request *bad, const char *param, const char *expected,
+                    const json_t *v)
 {
-    return refuse(bad, param, "Invalid type for '%s': expected %s, but got %s instead.", param,
-                  expected, type_name(v));
+    return api__refuse(bad, param, "Invalid type for '%s': expected %s, but got %s instead.", param,
+                       expected, type_name(v));
 }
 
 /* ---- scalar fields ----------------------------------------------------------- */
 
 /* The field, or NULL when absent or null (OpenAI treats an explicit null as not
  * given for every optional parameter). */
-static const json_t *opt(const json_t *obj, const char *key)
+const json_t *api__opt(const json_t *obj, const char *key)
 {
     const json_t *v = json_object_get(obj, key);
     return json_is_null(v) ? NULL : v;
 }
 
-static int get_bool(const json_t *obj, const char *key, const char *param, bool *out,
-                    struct api_bad_request *bad)
+int api__get_bool(const json_t *obj, const char *key, const char *param, bool *out,
+                  struct api_bad_request *bad)
 {
-    const json_t *v = opt(obj, key);
+    const json_t *v = api__opt(obj, key);
     if (!v)
         return 0;
     if (!json_is_boolean(v))
-        return wrong_type(bad, param, "a boolean", v);
+        return api__wrong_type(bad, param, "a boolean", v);
     *out = json_is_true(v);
     return 0;
 }
 
-static int get_string(const json_t *obj, const char *key, const char *param, const char **out,
-                      struct api_bad_request *bad)
+int api__get_string(const json_t *obj, const char *key, const char *param, const char **out,
+                    struct api_bad_request *bad)
 {
-    const json_t *v = opt(obj, key);
+    const json_t *v = api__opt(obj, key);
     if (!v)
         return 0;
     if (!json_is_string(v))
-        return wrong_type(bad, param, "a string", v);
+        return api__wrong_type(bad, param, "a string", v);
     *out = json_string_value(v);
     return 0;
 }
@@ -169,11 +168,11 @@ struct range {
 static int get_number(const json_t *obj, const char *key, struct range r, float *out,
                       struct api_bad_request *bad)
 {
-    const json_t *v = opt(obj, key);
+    const json_t *v = api__opt(obj, key);
     if (!v)
         return 0;
     if (!json_is_number(v))
-        return wrong_type(bad, key, "a number", v);
+        return api__wrong_type(bad, key, "a number", v);
     double x = json_number_value(v);
     bool below = r.lo_open ? !(x > r.lo) : !(x >= r.lo);
     bool above = r.hi_open ? !(x < r.hi) : !(x <= r.hi);
@@ -185,7 +184,8 @@ static int get_number(const json_t *obj, const char *key, struct range r, float 
         else
             snprintf(want, sizeof want, "a number in %c%g, %g%c", r.lo_open ? '(' : '[', r.lo,
                      r.hi, r.hi_open ? ')' : ']');
-        return refuse(bad, key, "Invalid '%s': expected %s, but got %g instead.", key, want, x);
+        return api__refuse(bad, key, "Invalid '%s': expected %s, but got %g instead.", key, want,
+                           x);
     }
     /* In float, a value just inside an open end may round onto it (top_p 1e-50 is
      * 0.0f), and a huge one overflows: keep the float inside the range too. */
@@ -205,7 +205,7 @@ static int get_number(const json_t *obj, const char *key, struct range r, float 
 static int get_integer(const json_t *obj, const char *key, long long lo, long long hi,
                        long long *out, bool *present, struct api_bad_request *bad)
 {
-    const json_t *v = opt(obj, key);
+    const json_t *v = api__opt(obj, key);
     if (present)
         *present = v != NULL;
     if (!v)
@@ -217,381 +217,56 @@ static int get_integer(const json_t *obj, const char *key, long long lo, long lo
                fabs(json_real_value(v)) < 9.2e18) {
         x = (long long)json_real_value(v);
     } else {
-        return wrong_type(bad, key, "an integer", v);
+        return api__wrong_type(bad, key, "an integer", v);
     }
     if (x < lo)
-        return refuse(bad, key, "Invalid '%s': integer below minimum value. Expected a value "
-                                ">= %lld, but got %lld instead.",
-                      key, lo, x);
+        return api__refuse(bad, key, "Invalid '%s': integer below minimum value. Expected a value "
+                                     ">= %lld, but got %lld instead.",
+                           key, lo, x);
     if (x > hi)
-        return refuse(bad, key, "Invalid '%s': integer above maximum value. Expected a value "
-                                "<= %lld, but got %lld instead.",
-                      key, hi, x);
+        return api__refuse(bad, key, "Invalid '%s': integer above maximum value. Expected a value "
+                                     "<= %lld, but got %lld instead.",
+                           key, hi, x);
     *out = x;
     return 0;
 }
 
-static bool str_is(const json_t *v, const char *s)
+bool api__str_is(const json_t *v, const char *s)
 {
     return json_is_string(v) && strcmp(json_string_value(v), s) == 0 &&
            json_string_length(v) == strlen(s);
-}
-
-/* ---- messages ---------------------------------------------------------------- */
-
-static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
-
-/* Content given as an array of parts: only {"type":"text","text":…}. Images and
- * audio cannot be given to this text-only model, and the refusal names the part. */
-static int check_parts(const json_t *content, const char *at, struct api_bad_request *bad)
-{
-    char p[128];
-    size_t j;
-    const json_t *part;
-    json_array_foreach(content, j, part) {
-        path(p, sizeof p, "%s[%zu]", at, j);
-        if (!json_is_object(part))
-            return wrong_type(bad, p, "an object", part);
-        const json_t *type = json_object_get(part, "type");
-        path(p, sizeof p, "%s[%zu].type", at, j);
-        if (!type)
-            return refuse(bad, p, "Missing required parameter: '%s'.", p);
-        if (!json_is_string(type))
-            return wrong_type(bad, p, "a string", type);
-        if (!str_is(type, "text"))
-            return refuse(bad, p, "Invalid value for '%s': this model reads text only, so "
-                                  "content parts must be of type 'text' (got '%s').",
-                          p, quoted(json_string_value(type)).s);
-        const json_t *text = json_object_get(part, "text");
-        path(p, sizeof p, "%s[%zu].text", at, j);
-        if (!text)
-            return refuse(bad, p, "Missing required parameter: '%s'.", p);
-        if (!json_is_string(text))
-            return wrong_type(bad, p, "a string", text);
-    }
-    return 0;
-}
-
-/* A tool call in an assistant message: {"id", "type":"function", "function":{"name",
- * "arguments"}}, arguments a JSON string of an object ("" for none). An object given
- * directly is accepted too: the template wants the object anyway. */
-static int check_tool_call(const json_t *call, const char *at, struct api_bad_request *bad)
-{
-    char p[128];
-    if (!json_is_object(call))
-        return wrong_type(bad, at, "an object", call);
-    const char *s = NULL;
-    path(p, sizeof p, "%s.id", at);
-    if (get_string(call, "id", p, &s, bad))
-        return -1;
-    const json_t *type = opt(call, "type");
-    path(p, sizeof p, "%s.type", at);
-    if (type && !str_is(type, "function"))
-        return json_is_string(type)
-                   ? refuse(bad, p, "Invalid value for '%s': the only tool call type is "
-                                    "'function'.",
-                            p)
-                   : wrong_type(bad, p, "a string", type);
-    const json_t *fn = json_object_get(call, "function");
-    path(p, sizeof p, "%s.function", at);
-    if (!fn || json_is_null(fn))
-        return refuse(bad, p, "Missing required parameter: '%s'.", p);
-    if (!json_is_object(fn))
-        return wrong_type(bad, p, "an object", fn);
-    const json_t *name = json_object_get(fn, "name");
-    path(p, sizeof p, "%s.function.name", at);
-    if (!name)
-        return refuse(bad, p, "Missing required parameter: '%s'.", p);
-    if (!json_is_string(name))
-        return wrong_type(bad, p, "a string", name);
-    const json_t *args = opt(fn, "arguments");
-    path(p, sizeof p, "%s.function.arguments", at);
-    if (!args || json_is_object(args))
-        return 0;
-    if (!json_is_string(args))
-        return wrong_type(bad, p, "a string", args);
-    const char *a = json_string_value(args);
-    size_t n = json_string_length(args);
-    if (strspn(a, " \t\r\n") == n)
-        return 0;
-    json_error_t je;
-    json_t *parsed = json_loadb(a, n, JSON_DECODE_ANY, &je);
-    bool is_obj = json_is_object(parsed);
-    json_decref(parsed);
-    if (!parsed)
-        return refuse(bad, p, "Invalid value for '%s': not valid JSON (%s at character %d).", p,
-                      je.text, je.position);
-    if (!is_obj)
-        return refuse(bad, p, "Invalid value for '%s': the arguments must be a JSON object.", p);
-    return 0;
-}
-
-static int check_message(const json_t *m, size_t i, struct api_bad_request *bad)
-{
-    char at[64], p[128];
-    path(at, sizeof at, "messages[%zu]", i);
-    if (!json_is_object(m))
-        return wrong_type(bad, at, "an object", m);
-
-    const json_t *role = json_object_get(m, "role");
-    path(p, sizeof p, "%s.role", at);
-    if (!role)
-        return refuse(bad, p, "Missing required parameter: '%s'.", p);
-    if (!json_is_string(role))
-        return wrong_type(bad, p, "a string", role);
-    size_t r = 0;
-    while (r < sizeof roles / sizeof *roles && !str_is(role, roles[r]))
-        r++;
-    if (r == sizeof roles / sizeof *roles)
-        return refuse(bad, p, "Invalid value for '%s': '%s' is not one of 'system', "
-                              "'developer', 'user', 'assistant', 'tool'.",
-                      p, quoted(json_string_value(role)).s);
-    bool assistant = strcmp(roles[r], "assistant") == 0;
-
-    const char *s = NULL;
-    path(p, sizeof p, "%s.name", at);
-    if (get_string(m, "name", p, &s, bad))
-        return -1;
-
-    const json_t *calls = opt(m, "tool_calls");
-    path(p, sizeof p, "%s.tool_calls", at);
-    if (calls && !assistant)
-        return refuse(bad, p, "Invalid parameter: only assistant messages can have "
-                              "'tool_calls' ('%s' is a %s message).",
-                      p, roles[r]);
-    if (calls && !json_is_array(calls))
-        return wrong_type(bad, p, "an array", calls);
-    size_t j;
-    const json_t *call;
-    json_array_foreach(calls, j, call) {
-        path(p, sizeof p, "%s.tool_calls[%zu]", at, j);
-        if (check_tool_call(call, p, bad))
-            return -1;
-    }
-
-    const json_t *content = opt(m, "content");
-    path(p, sizeof p, "%s.content", at);
-    if (!content && !(assistant && json_array_size(calls) > 0))
-        return refuse(bad, p, assistant ? "Invalid value for '%s': an assistant message needs "
-                                          "'content' or 'tool_calls'."
-                                        : "Missing required parameter: '%s'.",
-                      p);
-    if (content && json_is_array(content) && check_parts(content, p, bad))
-        return -1;
-    if (content && !json_is_string(content) && !json_is_array(content))
-        return wrong_type(bad, p, "a string or an array of text parts", content);
-
-    if (assistant) {
-        path(p, sizeof p, "%s.reasoning_content", at);
-        if (get_string(m, "reasoning_content", p, &s, bad))
-            return -1;
-    }
-    if (strcmp(roles[r], "tool") == 0) {
-        path(p, sizeof p, "%s.tool_call_id", at);
-        if (get_string(m, "tool_call_id", p, &s, bad))
-            return -1;
-    }
-    return 0;
-}
-
-static int check_messages(const json_t *body, struct api_bad_request *bad)
-{
-    const json_t *msgs = opt(body, "messages");
-    if (!msgs)
-        return refuse(bad, "messages", "Missing required parameter: 'messages'.");
-    if (!json_is_array(msgs))
-        return wrong_type(bad, "messages", "an array", msgs);
-    if (json_array_size(msgs) == 0)
-        return refuse(bad, "messages", "Invalid 'messages': empty array. Expected an array "
-                                       "with minimum length 1, but got an empty array "
-                                       "instead.");
-    size_t i;
-    const json_t *m;
-    json_array_foreach(msgs, i, m) {
-        if (check_message(m, i, bad))
-            return -1;
-    }
-    return 0;
-}
-
-/* ---- tools ------------------------------------------------------------------- */
-
-/* A function name the model's XML can carry back: what the output parser accepts
- * (1..256 bytes, no '"', '<', '>' or control characters). */
-static bool name_ok(const json_t *name)
-{
-    size_t n = json_string_length(name);
-    const unsigned char *s = (const unsigned char *)json_string_value(name);
-    if (n == 0 || n > 256)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if (s[i] < 0x20 || s[i] == 0x7F || s[i] == '"' || s[i] == '<' || s[i] == '>')
-            return false;
-    return true;
-}
-
-static const json_t *tool_name(const json_t *tool)
-{
-    return json_object_get(json_object_get(tool, "function"), "name");
-}
-
-static int check_tools(const json_t *tools, struct api_bad_request *bad)
-{
-    char p[96];
-    if (!json_is_array(tools))
-        return wrong_type(bad, "tools", "an array", tools);
-    if (json_array_size(tools) > API_CHAT_MAX_TOOLS)
-        return refuse(bad, "tools", "Invalid 'tools': array too long. Expected an array with "
-                                    "maximum length %d, but got an array with length %zu "
-                                    "instead.",
-                      API_CHAT_MAX_TOOLS, json_array_size(tools));
-    size_t i;
-    const json_t *t;
-    json_array_foreach(tools, i, t) {
-        path(p, sizeof p, "tools[%zu]", i);
-        if (!json_is_object(t))
-            return wrong_type(bad, p, "an object", t);
-        const json_t *type = json_object_get(t, "type");
-        path(p, sizeof p, "tools[%zu].type", i);
-        if (!type)
-            return refuse(bad, p, "Missing required parameter: '%s'.", p);
-        if (!str_is(type, "function"))
-            return json_is_string(type)
-                       ? refuse(bad, p, "Invalid value for '%s': the only tool type is "
-                                        "'function'.",
-                                p)
-                       : wrong_type(bad, p, "a string", type);
-        const json_t *fn = json_object_get(t, "function");
-        path(p, sizeof p, "tools[%zu].function", i);
-        if (!fn)
-            return refuse(bad, p, "Missing required parameter: '%s'.", p);
-        if (!json_is_object(fn))
-            return wrong_type(bad, p, "an object", fn);
-        const json_t *name = json_object_get(fn, "name");
-        path(p, sizeof p, "tools[%zu].function.name", i);
-        if (!name)
-            return refuse(bad, p, "Missing required parameter: '%s'.", p);
-        if (!json_is_string(name))
-            return wrong_type(bad, p, "a string", name);
-        if (!name_ok(name))
-            return refuse(bad, p, "Invalid '%s': a function name is 1 to 256 bytes without "
-                                  "quotes, '<', '>' or control characters.",
-                          p);
-        for (size_t k = 0; k < i; k++)
-            if (json_equal(tool_name(json_array_get(tools, k)), name))
-                return refuse(bad, p, "Invalid '%s': the function '%s' is defined twice "
-                                      "(also tools[%zu]).",
-                              p, quoted(json_string_value(name)).s, k);
-        const char *s = NULL;
-        path(p, sizeof p, "tools[%zu].function.description", i);
-        if (get_string(fn, "description", p, &s, bad))
-            return -1;
-        const json_t *params = opt(fn, "parameters");
-        path(p, sizeof p, "tools[%zu].function.parameters", i);
-        if (params && !json_is_object(params))
-            return wrong_type(bad, p, "an object", params);
-        bool strict = false;
-        path(p, sizeof p, "tools[%zu].function.strict", i);
-        if (get_bool(fn, "strict", p, &strict, bad))
-            return -1;
-    }
-    return 0;
-}
-
-/* tool_choice, given the validated tools (NULL or empty when none). Sets the
- * choice and, for a named function, the index of its tool. */
-static int check_tool_choice(const json_t *body, const json_t *tools, struct api_chat_req *r,
-                             size_t *named, struct api_bad_request *bad)
-{
-    bool have = json_array_size(tools) > 0;
-    const json_t *tc = opt(body, "tool_choice");
-    r->tool_choice = have ? API_TOOL_CHOICE_AUTO : API_TOOL_CHOICE_NONE;
-    if (!tc)
-        return 0;
-    if (json_is_string(tc)) {
-        if (str_is(tc, "none")) {
-            r->tool_choice = API_TOOL_CHOICE_NONE;
-        } else if (str_is(tc, "auto")) {
-            r->tool_choice = have ? API_TOOL_CHOICE_AUTO : API_TOOL_CHOICE_NONE;
-        } else if (str_is(tc, "required")) {
-            if (!have)
-                return refuse(bad, "tool_choice", "Invalid value for 'tool_choice': 'required' "
-                                                  "needs at least one tool in 'tools'.");
-            r->tool_choice = API_TOOL_CHOICE_REQUIRED;
-        } else {
-            return refuse(bad, "tool_choice", "Invalid value for 'tool_choice': '%s' is not "
-                                              "one of 'none', 'auto', 'required' or a "
-                                              "function object.",
-                          quoted(json_string_value(tc)).s);
-        }
-        return 0;
-    }
-    if (!json_is_object(tc))
-        return wrong_type(bad, "tool_choice", "a string or an object", tc);
-    const json_t *type = json_object_get(tc, "type");
-    if (!type)
-        return refuse(bad, "tool_choice.type", "Missing required parameter: "
-                                               "'tool_choice.type'.");
-    if (!str_is(type, "function"))
-        return json_is_string(type)
-                   ? refuse(bad, "tool_choice.type", "Invalid value for 'tool_choice.type': "
-                                                     "only 'function' is supported.")
-                   : wrong_type(bad, "tool_choice.type", "a string", type);
-    const json_t *fn = json_object_get(tc, "function");
-    if (!fn)
-        return refuse(bad, "tool_choice.function", "Missing required parameter: "
-                                                   "'tool_choice.function'.");
-    if (!json_is_object(fn))
-        return wrong_type(bad, "tool_choice.function", "an object", fn);
-    const json_t *name = json_object_get(fn, "name");
-    if (!name)
-        return refuse(bad, "tool_choice.function.name", "Missing required parameter: "
-                                                        "'tool_choice.function.name'.");
-    if (!json_is_string(name))
-        return wrong_type(bad, "tool_choice.function.name", "a string", name);
-    for (size_t i = 0; i < json_array_size(tools); i++)
-        if (json_equal(tool_name(json_array_get(tools, i)), name)) {
-            r->tool_choice = API_TOOL_CHOICE_FUNCTION;
-            r->tool_choice_name = json_string_value(name);
-            *named = i;
-            return 0;
-        }
-    return refuse(bad, "tool_choice.function.name", "Invalid value for "
-                                                    "'tool_choice.function.name': no function "
-                                                    "named '%s' in 'tools'.",
-                  quoted(json_string_value(name)).s);
 }
 
 /* ---- stop and logit_bias ------------------------------------------------------ */
 
 static int check_stop(const json_t *body, struct api_chat_req *r, struct api_bad_request *bad)
 {
-    const json_t *stop = opt(body, "stop");
+    const json_t *stop = api__opt(body, "stop");
     if (!stop)
         return 0;
     if (json_is_string(stop)) {
         if (json_string_length(stop) == 0)
-            return refuse(bad, "stop", "Invalid 'stop': a stop sequence must not be empty.");
+            return api__refuse(bad, "stop", "Invalid 'stop': a stop sequence must not be empty.");
         r->stop[0] = (struct api_chat_stop){json_string_value(stop), json_string_length(stop)};
         r->n_stop = 1;
         return 0;
     }
     if (!json_is_array(stop))
-        return wrong_type(bad, "stop", "a string or an array of strings", stop);
+        return api__wrong_type(bad, "stop", "a string or an array of strings", stop);
     if (json_array_size(stop) > API_CHAT_MAX_STOP)
-        return refuse(bad, "stop", "Invalid 'stop': array too long. Expected an array with "
-                                   "maximum length %d, but got an array with length %zu "
-                                   "instead.",
-                      API_CHAT_MAX_STOP, json_array_size(stop));
+        return api__refuse(bad, "stop", "Invalid 'stop': array too long. Expected an array with "
+                                        "maximum length %d, but got an array with length %zu "
+                                        "instead.",
+                           API_CHAT_MAX_STOP, json_array_size(stop));
     size_t i;
     const json_t *s;
     json_array_foreach(stop, i, s) {
         char p[32];
-        path(p, sizeof p, "stop[%zu]", i);
+        api__path(p, sizeof p, "stop[%zu]", i);
         if (!json_is_string(s))
-            return wrong_type(bad, p, "a string", s);
+            return api__wrong_type(bad, p, "a string", s);
         if (json_string_length(s) == 0)
-            return refuse(bad, p, "Invalid '%s': a stop sequence must not be empty.", p);
+            return api__refuse(bad, p, "Invalid '%s': a stop sequence must not be empty.", p);
         r->stop[r->n_stop++] = (struct api_chat_stop){json_string_value(s), json_string_length(s)};
     }
     return 0;
@@ -615,11 +290,11 @@ static int by_id_then_position(const void *a, const void *b)
 static int check_logit_bias(const json_t *body, int32_t n_vocab, struct api_chat_req *r,
                             struct api_bad_request *bad)
 {
-    const json_t *lb = opt(body, "logit_bias");
+    const json_t *lb = api__opt(body, "logit_bias");
     if (!lb)
         return 0;
     if (!json_is_object(lb))
-        return wrong_type(bad, "logit_bias", "an object mapping token ids to numbers", lb);
+        return api__wrong_type(bad, "logit_bias", "an object mapping token ids to numbers", lb);
     size_t n = json_object_size(lb);
     if (n == 0)
         return 0;
@@ -631,7 +306,7 @@ static int check_logit_bias(const json_t *body, int32_t n_vocab, struct api_chat
     int nb = 0;
     json_object_foreach((json_t *)lb, key, v) {
         char p[128];
-        path(p, sizeof p, "logit_bias.%s", key);
+        api__path(p, sizeof p, "logit_bias.%s", key);
         size_t len = strlen(key);
         bool digits = len > 0 && strspn(key, "0123456789") == len;
         long long id = -1;
@@ -642,16 +317,16 @@ static int check_logit_bias(const json_t *body, int32_t n_vocab, struct api_chat
                 id = LLONG_MAX;
         }
         if (!digits || id >= n_vocab)
-            return refuse(bad, p, "Invalid key in 'logit_bias': '%s' is not a token id "
-                                  "(0 to %d).",
-                          quoted(key).s, n_vocab - 1);
+            return api__refuse(bad, p, "Invalid key in 'logit_bias': '%s' is not a token id "
+                                       "(0 to %d).",
+                               api__quoted(key).s, n_vocab - 1);
         if (!json_is_number(v))
-            return wrong_type(bad, p, "a number", v);
+            return api__wrong_type(bad, p, "a number", v);
         double x = json_number_value(v);
         if (!(x >= -100 && x <= 100))
-            return refuse(bad, p, "Invalid '%s': expected a number between -100 and 100, but "
-                                  "got %g instead.",
-                          p, x);
+            return api__refuse(bad, p, "Invalid '%s': expected a number between -100 and 100, but "
+                                       "got %g instead.",
+                               p, x);
         r->bias_[nb++] = (struct eng_logit_bias){(int32_t)id, (float)x};
     }
     /* Ascending ids, one entry each (the last one written wins): a stable sort by
@@ -692,17 +367,18 @@ static uint64_t random_seed(void)
 
 static int check_stream(const json_t *body, struct api_chat_req *r, struct api_bad_request *bad)
 {
-    if (get_bool(body, "stream", "stream", &r->stream, bad))
+    if (api__get_bool(body, "stream", "stream", &r->stream, bad))
         return -1;
-    const json_t *so = opt(body, "stream_options");
+    const json_t *so = api__opt(body, "stream_options");
     if (!so)
         return 0;
     if (!json_is_object(so))
-        return wrong_type(bad, "stream_options", "an object", so);
+        return api__wrong_type(bad, "stream_options", "an object", so);
     if (!r->stream)
-        return refuse(bad, "stream_options", "The 'stream_options' parameter is only allowed "
-                                             "when 'stream' is enabled.");
-    return get_bool(so, "include_usage", "stream_options.include_usage", &r->include_usage, bad);
+        return api__refuse(bad, "stream_options", "The 'stream_options' parameter is only allowed "
+                                                  "when 'stream' is enabled.");
+    return api__get_bool(so, "include_usage", "stream_options.include_usage", &r->include_usage,
+                         bad);
 }
 
 static int check_sampling(const json_t *body, struct api_chat_req *r,
@@ -744,16 +420,16 @@ static int check_lengths(const json_t *body, struct api_chat_req *r,
     long long m = mct ? v : mt ? w : 0;
     r->max_tokens = m > INT32_MAX ? INT32_MAX : (int32_t)m;
 
-    const json_t *n = opt(body, "n");
+    const json_t *n = api__opt(body, "n");
     if (n) {
         long long k = 0;
         if (get_integer(body, "n", LLONG_MIN, LLONG_MAX, &k, NULL, bad))
             return -1;
         if (k != 1)
-            return refuse(bad, "n", "Invalid 'n': minicpmd generates one choice per request, "
-                                    "so 'n' must be 1 (got %lld). Send separate requests for "
-                                    "more choices.",
-                          k);
+            return api__refuse(bad, "n", "Invalid 'n': minicpmd generates one choice per request, "
+                                         "so 'n' must be 1 (got %lld). Send separate requests for "
+                                         "more choices.",
+                               k);
     }
     return 0;
 }
@@ -763,25 +439,25 @@ static int check_logprobs(const json_t *body, struct api_chat_req *r,
 {
     long long k = 0;
     bool given;
-    if (get_bool(body, "logprobs", "logprobs", &r->logprobs, bad) ||
+    if (api__get_bool(body, "logprobs", "logprobs", &r->logprobs, bad) ||
         get_integer(body, "top_logprobs", 0, API_CHAT_MAX_TOP_LOGPROBS, &k, &given, bad))
         return -1;
     if (given && !r->logprobs)
-        return refuse(bad, "top_logprobs", "Invalid 'top_logprobs': it requires 'logprobs' to "
-                                           "be true.");
+        return api__refuse(bad, "top_logprobs", "Invalid 'top_logprobs': it requires 'logprobs' to "
+                                                "be true.");
     r->top_logprobs = (int)k;
     return 0;
 }
 
 static int check_kwargs(const json_t *body, struct api_bad_request *bad)
 {
-    const json_t *kw = opt(body, "chat_template_kwargs");
+    const json_t *kw = api__opt(body, "chat_template_kwargs");
     if (!kw)
         return 0;
     if (!json_is_object(kw))
-        return wrong_type(bad, "chat_template_kwargs", "an object", kw);
+        return api__wrong_type(bad, "chat_template_kwargs", "an object", kw);
     bool on = false;
-    return get_bool(kw, "enable_thinking", "chat_template_kwargs.enable_thinking", &on, bad);
+    return api__get_bool(kw, "enable_thinking", "chat_template_kwargs.enable_thinking", &on, bad);
 }
 
 /* The object the template is given: messages, add_generation_prompt,
@@ -805,7 +481,7 @@ static int build_prompt_request(const json_t *body, struct api_chat_req *r,
     char err[256], param[128];
     if (eng_chat_params_from_request(r->prompt_, &r->chat, err, sizeof err, param,
                                      sizeof param) != 0)
-        return refuse(bad, param[0] ? param : NULL, "%s", err);
+        return api__refuse(bad, param[0] ? param : NULL, "%s", err);
     r->thinking = r->chat.thinking;
     return 0;
 }
@@ -815,7 +491,7 @@ int api_chat_req_parse(const json_t *body, const struct api_chat_limits *lim,
 {
     *out = NULL;
     if (!json_is_object(body))
-        return refuse(bad, NULL, "The request body must be a JSON object.");
+        return api__refuse(bad, NULL, "The request body must be a JSON object.");
     struct api_chat_req *r = calloc(1, sizeof *r);
     if (!r)
         return oom(bad);
@@ -830,25 +506,25 @@ int api_chat_req_parse(const json_t *body, const struct api_chat_limits *lim,
     r->sampling.n_bias = 0;
     int32_t n_vocab = lim && lim->n_vocab > 0 ? lim->n_vocab : INT32_MAX;
 
-    const json_t *model = opt(body, "model");
+    const json_t *model = api__opt(body, "model");
     if (!model) {
-        refuse(bad, "model", "Missing required parameter: 'model'.");
+        api__refuse(bad, "model", "Missing required parameter: 'model'.");
         goto err;
     }
     if (!json_is_string(model)) {
-        wrong_type(bad, "model", "a string", model);
+        api__wrong_type(bad, "model", "a string", model);
         goto err;
     }
     r->model = json_string_value(model);
 
-    const json_t *tools = opt(body, "tools");
+    const json_t *tools = api__opt(body, "tools");
     size_t named = 0;
-    if (check_messages(body, bad) || check_stream(body, r, bad) ||
+    if (api__check_messages(body, bad) || check_stream(body, r, bad) ||
         check_lengths(body, r, bad) || check_sampling(body, r, bad) ||
         check_stop(body, r, bad) || check_logit_bias(body, n_vocab, r, bad) ||
-        check_logprobs(body, r, bad) || (tools && check_tools(tools, bad)) ||
-        check_tool_choice(body, tools, r, &named, bad) || check_kwargs(body, bad) ||
-        get_string(body, "user", "user", &r->user, bad))
+        check_logprobs(body, r, bad) || (tools && api__check_tools(tools, bad)) ||
+        api__check_tool_choice(body, tools, r, &named, bad) || check_kwargs(body, bad) ||
+        api__get_string(body, "user", "user", &r->user, bad))
         goto err;
 
     if (r->tool_choice == API_TOOL_CHOICE_FUNCTION) {
@@ -898,7 +574,7 @@ int api_chat_req_check_model(const char *model, const char *served_id,
     snprintf(bad->message, sizeof bad->message,
              "The model '%s' does not exist or you do not have access to it (GET /v1/models "
              "lists the models).",
-             quoted(model ? model : "").s);
+             api__quoted(model ? model : "").s);
     utf8_trim_tail(bad->message);
     return -1;
 }

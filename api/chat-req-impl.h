@@ -1,0 +1,65 @@
+/* Internals of api/chat-req.c shared with chat-req-msgs.c (the messages array)
+ * and chat-req-tools.c (tools, tool_choice): refusing a field, reading one, and
+ * the checks api_chat_req_parse() calls in turn. Nothing outside those three
+ * files includes this. */
+#ifndef MINICPMD_API_CHAT_REQ_IMPL_H
+#define MINICPMD_API_CHAT_REQ_IMPL_H
+
+#include "api/chat-req.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* ---- refusing (chat-req.c) ------------------------------------------------- */
+
+/* `bad` = 400 invalid_request_error for `param` (NULL: none), the message printed
+ * from `fmt` and cut to whole UTF-8 characters on one line. Returns -1, so checks
+ * end in `return api__refuse(...)`. */
+int api__refuse(struct api_bad_request *bad, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* api__refuse() with OpenAI's "Invalid type for '<param>': expected <expected>,
+ * but got <the JSON type of v> instead." */
+int api__wrong_type(struct api_bad_request *bad, const char *param, const char *expected,
+                    const json_t *v);
+
+/* Print a JSON path ("messages[2].content") into p[size] for `param`. */
+void api__path(char *p, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* A client string quoted in a message: at most ~40 bytes, cut at a character. */
+struct quote {
+    char s[64];
+};
+
+struct quote api__quoted(const char *s);
+
+/* ---- reading one field (chat-req.c) ------------------------------------------ */
+
+/* The field, or NULL when absent or null. */
+const json_t *api__opt(const json_t *obj, const char *key);
+
+/* obj[key] into *out when given (absent or null leaves *out alone); refused as
+ * `param` when it has another type. */
+int api__get_bool(const json_t *obj, const char *key, const char *param, bool *out,
+                  struct api_bad_request *bad);
+int api__get_string(const json_t *obj, const char *key, const char *param, const char **out,
+                    struct api_bad_request *bad);
+
+/* Whether v is a string of exactly the bytes of s (no NUL inside). */
+bool api__str_is(const json_t *v, const char *s);
+
+/* ---- the checks, in api_chat_req_parse()'s order ----------------------------- */
+
+/* chat-req-msgs.c: "messages", required, a non-empty array of valid messages. */
+int api__check_messages(const json_t *body, struct api_bad_request *bad);
+
+/* chat-req-tools.c: `tools`, the body's "tools" given and not null. */
+int api__check_tools(const json_t *tools, struct api_bad_request *bad);
+
+/* chat-req-tools.c: "tool_choice" against the already checked tools; sets
+ * r->tool_choice (and its name), and *named to the named function's index. */
+int api__check_tool_choice(const json_t *body, const json_t *tools, struct api_chat_req *r,
+                           size_t *named, struct api_bad_request *bad);
+
+#endif
