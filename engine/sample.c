@@ -1,9 +1,13 @@
 /* The sampler: bias, penalties, greedy or top-k / temperature / top-p / min-p,
- * then one draw from a seeded generator. And eng_logprobs for the API.
+ * then one draw from a seeded generator; the knobs' checks and the penalty
+ * history. The total order on candidates and the top-k / top-p cuts made in it
+ * are in sample-sort.c (shared through sample-impl.h), eng_logprobs for the API
+ * in sample-logprobs.c, generation_config.json in sample-pack.c.
  *
  * Speed. n_vocab is 130,560 for MiniCPM5, so nothing here sorts the vocabulary.
  * Greedy is one pass. Top-k keeps a k-element heap while scanning the logits
- * (k <= HEAP_K_MAX) or quickselects from a copy, then sorts only the k survivors.
+ * (k <= HEAP_K_MAX, sample-sort.c) or quickselects from a copy, then sorts only
+ * the k survivors.
  * Without top-k, one vectorised pass turns the logits into weights (temperature,
  * exp, min-p as a mask) and their sums; top-p then collects the candidates above
  * a weight threshold (2^-10 of the maximum, lower only if those do not hold the
@@ -24,9 +28,10 @@
  *     weights are computed by weight1()/weight4() below from + - * / only, in
  *     IEEE float, never contracted into FMAs (GCC in ISO C mode, which meson's
  *     c_std=c11 selects, does not contract; clang is told so by the pragma).
- *   - every ordering is total: larger value first, equal values by lower id. So
- *     which candidates survive a cut, and the order in which the draw walks them,
- *     depend on the input alone, not on a sort's stability or a library's qsort.
+ *   - every ordering is total (sample-sort.c): larger value first, equal values
+ *     by lower id. So which candidates survive a cut, and the order in which the
+ *     draw walks them, depend on the input alone, not on a sort's stability or a
+ *     library's qsort.
  *     Sums run in an order fixed by the code, in double.
  * The golden test pins one sequence; GCC and clang, -O2 and -O3 -march=native
  * (with FMA) give it. Cuts are exact up to that rounding: a token whose
@@ -38,8 +43,8 @@
  * the lowest id with the largest value, id 0 when all are -inf: the caller asked
  * for the impossible and gets a valid id, not a crash.
  */
-#include "engine/sample.h"
 #include "engine/err.h"
+#include "engine/sample-impl.h"
 
 #include <errno.h>
 #include <float.h>
@@ -52,8 +57,6 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-/* Up to this k, top-k keeps a heap while scanning the logits. */
-#define HEAP_K_MAX 512
 /* The longest repetition window, a bound on memory; 0 (the whole history) is the
  * way to say "longer than the context". */
 #define PENALTY_LAST_N_MAX (1 << 20)
@@ -62,17 +65,12 @@
 /* OpenAI: a bias of -100 bans the token. */
 #define BIAS_BAN (-100.0f)
 
-struct cand {
-    float v;    /* logit, then unnormalised probability */
-    int32_t id;
-};
-
 struct eng_sampler {
     struct eng_sampling s;       /* the knobs; s.bias points at `bias` */
     int n_vocab;
     bool greedy;                 /* temperature <= 0 or top_k == 1 */
     uint64_t rng[4];             /* xoshiro256** state */
-    struct cand *cand;           /* (n_vocab) candidates: top-k, top-p */
+    struct sample_cand *cand;    /* (n_vocab) candidates: top-k, top-p */
     float *w;                    /* (n_vocab) weights by id without top-k */
     double *blocks;              /* (n_vocab / W_BLOCK, rounded up) their sums */
     struct eng_logit_bias *bias; /* (n_bias) own copy; <= -100 already -inf */
@@ -188,165 +186,6 @@ static inline v4f weight4(v4f y)
     return v4_select(live, p * two_k, zero);
 }
 
-/* A logit as the chain sees it: +inf becomes FLT_MAX so that subtracting the
- * maximum stays finite (several +inf logits then share evenly); -inf and NaN stay
- * and get weight 0. */
-static inline float clamp_logit(float v) { return v > FLT_MAX ? FLT_MAX : v; }
-
-/* ---- ordering, selection, sorting -------------------------------------------- */
-
-/* The total order: larger value first, equal values by lower id. Values are never
- * NaN here. */
-static inline bool before(const struct cand *a, const struct cand *b)
-{
-    return (a->v > b->v) | ((a->v == b->v) & (a->id < b->id)); /* no branches */
-}
-
-static inline void swap(struct cand *a, struct cand *b)
-{
-    struct cand t = *a;
-    *a = *b;
-    *b = t;
-}
-
-static void insertion_sort(struct cand *c, int n)
-{
-    for (int i = 1; i < n; i++) {
-        struct cand x = c[i];
-        int j = i;
-        for (; j > 0 && before(&x, &c[j - 1]); j--)
-            c[j] = c[j - 1];
-        c[j] = x;
-    }
-}
-
-/* Heap whose root is the *last* element in the order (the worst kept so far). */
-static void sift_down_worst(struct cand *h, int n, int i)
-{
-    for (;;) {
-        int l = 2 * i + 1, r = l + 1, w = i;
-        if (l < n && before(&h[w], &h[l]))
-            w = l;
-        if (r < n && before(&h[w], &h[r]))
-            w = r;
-        if (w == i)
-            return;
-        swap(&h[i], &h[w]);
-        i = w;
-    }
-}
-
-/* The O(n log n) fallback when quicksort or quickselect recurse too deep. */
-static void heap_sort(struct cand *c, int n)
-{
-    for (int i = n / 2 - 1; i >= 0; i--)
-        sift_down_worst(c, n, i);
-    for (int end = n - 1; end > 0; end--) {
-        swap(&c[0], &c[end]); /* the worst goes last */
-        sift_down_worst(c, end, 0);
-    }
-}
-
-static int median3(const struct cand *c, int x, int y, int z)
-{
-    if (before(&c[y], &c[x])) {
-        int t = x;
-        x = y;
-        y = t;
-    }
-    /* now c[x] before c[y] */
-    if (before(&c[z], &c[y]))
-        return before(&c[z], &c[x]) ? x : z;
-    return y;
-}
-
-/* Median of three evenly spaced elements, or Tukey's ninther past 64 elements;
- * never the ends, so sorted, reversed and rotated inputs split evenly. */
-static int choose_pivot(const struct cand *c, int n)
-{
-    if (n < 64)
-        return median3(c, n / 4, n / 2, n - 1 - n / 4);
-    int s = n / 9, h = s / 2;
-    return median3(c, median3(c, h, h + s, h + 2 * s), median3(c, h + 3 * s, h + 4 * s, h + 5 * s),
-                   median3(c, h + 6 * s, h + 7 * s, h + 8 * s));
-}
-
-/* Lomuto around choose_pivot(); returns the pivot's final index: everything before
- * it comes first in the order, everything after it later. n >= 3. Branch-free:
- * c[i..j) hold "after" elements, so swapping c[j] in unconditionally and
- * advancing i only for a "before" one keeps that true, and random data costs no
- * mispredictions. */
-static int partition(struct cand *c, int n)
-{
-    swap(&c[choose_pivot(c, n)], &c[n - 1]);
-    const struct cand pivot = c[n - 1];
-    int i = 0;
-    for (int j = 0; j < n - 1; j++) {
-        struct cand x = c[j];
-        c[j] = c[i];
-        c[i] = x;
-        i += before(&x, &pivot);
-    }
-    swap(&c[i], &c[n - 1]);
-    return i;
-}
-
-static int depth_limit(int n)
-{
-    int d = 0;
-    while (n > 1) {
-        n >>= 1;
-        d++;
-    }
-    return 2 * d + 2;
-}
-
-static void intro_sort_rec(struct cand *c, int n, int depth)
-{
-    while (n > 16) {
-        if (depth-- == 0) {
-            heap_sort(c, n);
-            return;
-        }
-        int p = partition(c, n);
-        /* Recurse into the smaller side, loop on the larger. */
-        if (p < n - p - 1) {
-            intro_sort_rec(c, p, depth);
-            c += p + 1;
-            n -= p + 1;
-        } else {
-            intro_sort_rec(c + p + 1, n - p - 1, depth);
-            n = p;
-        }
-    }
-    insertion_sort(c, n);
-}
-
-static void sort_cands(struct cand *c, int n) { intro_sort_rec(c, n, depth_limit(n)); }
-
-/* Rearranges c[0..n) so that c[0..k) are the first k in the order (unsorted). */
-static void select_first(struct cand *c, int n, int k)
-{
-    int depth = depth_limit(n);
-    while (n > 16) {
-        if (depth-- == 0) {
-            heap_sort(c, n);
-            return;
-        }
-        int p = partition(c, n);
-        if (p == k || p + 1 == k)
-            return;
-        if (k < p) {
-            n = p;
-        } else {
-            c += p + 1;
-            n -= p + 1;
-            k -= p + 1;
-        }
-    }
-    insertion_sort(c, n);
-}
-
 /* ---- the chain's steps ------------------------------------------------------- */
 
 /* Greedy: the largest logit, ties to the lowest id; NaN loses to everything. */
@@ -403,100 +242,11 @@ static float max_logit(const float *x, int n)
     for (; i < n; i++)
         if (x[i] > m)
             m = x[i];
-    return clamp_logit(m);
-}
-
-/* The best k samplable logits into c[0..), sorted; returns how many (< k only when
- * fewer are samplable). */
-static int top_k(const float *logits, int n, int k, struct cand *c)
-{
-    int m = 0;
-    if (k > HEAP_K_MAX) {
-        for (int i = 0; i < n; i++)
-            if (logits[i] >= -FLT_MAX) {
-                c[m].v = clamp_logit(logits[i]);
-                c[m].id = i;
-                m++;
-            }
-        if (m > k) {
-            select_first(c, m, k);
-            m = k;
-        }
-        sort_cands(c, m);
-        return m;
-    }
-    /* Scanning in id order, a newcomer beats the worst kept only by a strictly
-     * larger value; a tie goes to the kept one, whose id is lower. */
-    for (int i = 0; i < n; i++) {
-        float v = logits[i];
-        if (!(v >= -FLT_MAX)) /* -inf or NaN */
-            continue;
-        v = clamp_logit(v);
-        if (m < k) {
-            c[m].v = v;
-            c[m].id = i;
-            if (++m == k)
-                for (int j = k / 2 - 1; j >= 0; j--)
-                    sift_down_worst(c, k, j);
-        } else if (v > c[0].v) {
-            c[0].v = v;
-            c[0].id = i;
-            sift_down_worst(c, k, 0);
-        }
-    }
-    sort_cands(c, m);
-    return m;
-}
-
-/* Top-p on m candidates carrying weights: the shortest prefix of the order whose
- * mass reaches `target`, moved to c[0..cut) and returned; its mass, summed in
- * c's order, goes to *kept. Sorted input is walked as is. Otherwise a weighted
- * quickselect finds the cut in O(m) expected without sorting: partition, and the
- * mass before the pivot says on which side the cut lies. The prefix is left in
- * partition order, which depends only on the input. */
-static int top_p_cut(struct cand *c, int m, bool sorted, double target, double *kept)
-{
-    int lo = 0, hi = m, cut = -1;
-    double acc = 0.0; /* the mass of c[0..lo), all inside the prefix */
-    if (!sorted) {
-        int depth = depth_limit(m);
-        while (hi - lo > 16 && depth-- > 0) {
-            int p = lo + partition(c + lo, hi - lo);
-            double left = 0.0;
-            for (int i = lo; i < p; i++)
-                left += c[i].v;
-            if (acc + left >= target) {
-                hi = p;
-            } else if (acc + left + c[p].v >= target) {
-                cut = p + 1;
-                break;
-            } else {
-                acc += left + c[p].v;
-                lo = p + 1;
-            }
-        }
-        if (cut < 0)
-            sort_cands(c + lo, hi - lo);
-    }
-    if (cut < 0) {
-        cut = hi;
-        for (int i = lo; i < hi; i++) {
-            acc += c[i].v;
-            if (acc >= target) {
-                cut = i + 1;
-                break;
-            }
-        }
-    }
-    double sum = 0.0;
-    for (int i = 0; i < cut; i++)
-        sum += c[i].v;
-    *kept = sum;
-    return cut;
+    return sample_clamp_logit(m);
 }
 
 /* The draw over m weighted candidates, walked in the order `kept` was summed in. */
-static int32_t draw_cands(eng_sampler *s, const struct cand *c, int m, double kept)
+static int32_t draw_cands(eng_sampler *s, const struct sample_cand *c, int m, double kept)
 {
     double r = uniform(s->rng) * kept, cum = 0.0;
     for (int i = 0; i < m; i++) {
@@ -508,7 +258,7 @@ static int32_t draw_cands(eng_sampler *s, const struct cand *c, int m, double ke
 }
 
 /* After top-k: m sorted candidates carrying logits. */
-static int32_t sample_sorted(eng_sampler *s, struct cand *c, int m)
+static int32_t sample_sorted(eng_sampler *s, struct sample_cand *c, int m)
 {
     const float mx = c[0].v, temp = s->s.temperature, min_p = s->s.min_p;
     double total = 0.0, kept = 0.0;
@@ -525,7 +275,7 @@ static int32_t sample_sorted(eng_sampler *s, struct cand *c, int m)
     }
     m = j; /* >= 1: the first has weight 1 */
     if (s->s.top_p < 1.0f)
-        m = top_p_cut(c, m, true, (double)s->s.top_p * total, &kept);
+        m = eng__sample_top_p_cut(c, m, true, (double)s->s.top_p * total, &kept);
     return draw_cands(s, c, m, kept);
 }
 
@@ -561,7 +311,7 @@ static int32_t sample_all(eng_sampler *s, const float *logits)
         double all1 = (all4[0] + all4[1]) + (all4[2] + all4[3]);
         double kept1 = (kept4[0] + kept4[1]) + (kept4[2] + kept4[3]);
         for (; i < end; i++) {
-            float e = weight1((clamp_logit(logits[i]) - mx) / temp);
+            float e = weight1((sample_clamp_logit(logits[i]) - mx) / temp);
             all1 += e;
             if (!(e >= min_p))
                 e = 0.0f;
@@ -579,7 +329,7 @@ static int32_t sample_all(eng_sampler *s, const float *logits)
         /* Only the candidates above a weight threshold can be in the nucleus, once
          * those above it hold the target mass: try 2^-10, 2^-20, 2^-30, then all.
          * Peaked distributions stop at the first with a handful of candidates. */
-        struct cand *c = s->cand;
+        struct sample_cand *c = s->cand;
         for (float tau = 0x1p-10f;; tau *= 0x1p-10f) {
             if (tau < 0x1p-30f)
                 tau = FLT_MIN; /* every nonzero weight */
@@ -594,7 +344,7 @@ static int32_t sample_all(eng_sampler *s, const float *logits)
                 }
             if (above >= target || tau == FLT_MIN) {
                 double k;
-                m = top_p_cut(c, m, false, target, &k);
+                m = eng__sample_top_p_cut(c, m, false, target, &k);
                 return draw_cands(s, c, m, k);
             }
         }
@@ -630,7 +380,7 @@ int32_t eng_sampler_sample(eng_sampler *s, float *logits)
     if (s->greedy)
         return argmax(logits, n);
     if (s->s.top_k > 0 && s->s.top_k < n) {
-        int m = top_k(logits, n, s->s.top_k, s->cand);
+        int m = eng__sample_top_k(logits, n, s->s.top_k, s->cand);
         if (m == 0)
             return argmax(logits, n); /* everything banned */
         return sample_sorted(s, s->cand, m);
@@ -825,103 +575,4 @@ void eng_sampler_free(eng_sampler *s)
     free(s->w);
     free(s->cand);
     free(s);
-}
-
-/* ---- log-probabilities --------------------------------------------------------- */
-
-/* The top list is kept in the caller's array as a heap of raw logits (in .logprob)
- * whose root is the worst kept: larger logit first, ties to the lower id. */
-static inline bool lp_before(const struct eng_top_logprob *a, const struct eng_top_logprob *b)
-{
-    return a->logprob > b->logprob || (a->logprob == b->logprob && a->id < b->id);
-}
-
-static void lp_sift(struct eng_top_logprob *h, int n, int i)
-{
-    for (;;) {
-        int l = 2 * i + 1, r = l + 1, w = i;
-        if (l < n && lp_before(&h[w], &h[l]))
-            w = l;
-        if (r < n && lp_before(&h[w], &h[r]))
-            w = r;
-        if (w == i)
-            return;
-        struct eng_top_logprob t = h[i];
-        h[i] = h[w];
-        h[w] = t;
-        i = w;
-    }
-}
-
-/* log p_i = (x_i - max) - log(sum_j exp(x_j - max)), the sum in double. NaN counts
- * as -inf. Without a finite maximum (a +inf logit, or none above -inf) the limit
- * is taken: the logits equal to the maximum share evenly, the rest get -inf. */
-struct lse {
-    float mx;
-    bool finite;
-    double lse;     /* finite: log-sum-exp of the logits */
-    double lp_max;  /* not finite: the log-probability of each logit at mx */
-};
-
-static float logprob_of(const struct lse *z, float x)
-{
-    if (isnan(x))
-        return -INFINITY;
-    if (z->finite)
-        return (float)((double)x - z->lse);
-    return x == z->mx ? (float)z->lp_max : -INFINITY;
-}
-
-float eng_logprobs(const float *logits, int n, int32_t id, struct eng_top_logprob *top, int k)
-{
-    struct lse z = {.mx = -INFINITY};
-    for (int i = 0; i < n; i++)
-        if (logits[i] > z.mx)
-            z.mx = logits[i];
-    z.finite = isfinite(z.mx);
-    if (z.finite) {
-        double sum = 0.0;
-        for (int i = 0; i < n; i++)
-            if (logits[i] >= -FLT_MAX)
-                sum += exp((double)logits[i] - (double)z.mx);
-        z.lse = (double)z.mx + log(sum);
-    } else {
-        int at_max = 0;
-        for (int i = 0; i < n; i++)
-            at_max += logits[i] == z.mx;
-        z.lp_max = -log((double)at_max);
-    }
-
-    /* The k best by a k-element heap over one scan, then sorted (k is small). */
-    int m = 0;
-    for (int i = 0; i < n && k > 0; i++) {
-        float v = logits[i];
-        if (isnan(v))
-            continue;
-        if (m < k) {
-            top[m].id = i;
-            top[m].logprob = v;
-            if (++m == k)
-                for (int j = k / 2 - 1; j >= 0; j--)
-                    lp_sift(top, k, j);
-        } else if (v > top[0].logprob) {
-            top[0].id = i;
-            top[0].logprob = v;
-            lp_sift(top, k, 0);
-        }
-    }
-    for (int i = 1; i < m; i++) {
-        struct eng_top_logprob x = top[i];
-        int j = i;
-        for (; j > 0 && lp_before(&x, &top[j - 1]); j--)
-            top[j] = top[j - 1];
-        top[j] = x;
-    }
-    for (int i = 0; i < m; i++)
-        top[i].logprob = logprob_of(&z, top[i].logprob);
-    for (; m < k; m++) {
-        top[m].id = -1;
-        top[m].logprob = -INFINITY;
-    }
-    return id >= 0 && id < n ? logprob_of(&z, logits[id]) : NAN;
 }
