@@ -26,6 +26,10 @@
  *
  * 4. Latency (sim_latency_us): slept once per command that runs.
  *
+ * reset() brings the device back (rule 1 no longer applies) unless the fault that
+ * failed the last runlist has a `reset=fail` / `reset=N`: then that many resets in
+ * a row fail (-EIO, "injected reset failure") and the device stays failed.
+ *
  * The fault list is the device's own copy: `once` means once per device. */
 #include "engine/device.h"
 #include "engine/err.h"
@@ -42,6 +46,7 @@ struct sim_dev {
     int limit, timeout_ms, latency_us;
     struct eng_fault_list faults;
     bool needs_reset;
+    int resets_to_fail;          /* reset() calls that fail before one succeeds */
     enum eng_ert_state last_failure;
     struct eng_device_stats stats;
     char desc[320];
@@ -213,6 +218,7 @@ static void sim_run_runlist(void *ctx, eng_device_seq *seq, const struct eng_run
     if (st != ENG_ERT_COMPLETED) {
         s->stats.faults_fired++;
         n_run = fault_cmd(rl, &s->faults.items[which]);
+        s->resets_to_fail = s->faults.items[which].reset_fails;
     }
 
     /* 4. The commands that run: latency, then the math. */
@@ -244,9 +250,13 @@ static void sim_run_runlist(void *ctx, eng_device_seq *seq, const struct eng_run
 
 static int sim_reset(void *ctx, char *err, size_t errlen)
 {
-    (void)err;
-    (void)errlen;
     struct sim_dev *s = ctx;
+    if (s->resets_to_fail > 0) {
+        s->resets_to_fail--;
+        return eng__fail(err, errlen, -EIO,
+                         "sim: injected reset failure (the device still needs a reset; %d more "
+                         "reset(s) will fail)", s->resets_to_fail);
+    }
     s->needs_reset = false;
     s->stats.resets++;
     return 0;

@@ -90,6 +90,7 @@ static int parse_state(struct span v, enum eng_ert_state *out)
 enum {
     SEEN_STATE = 1, SEEN_PHASE = 2, SEEN_TOKEN = 4, SEEN_LAYER = 8, SEEN_CHUNK = 16,
     SEEN_TIMES = 32,  /* once, every or times= */
+    SEEN_RESET = 64,
 };
 
 static int parse_item(struct span item, struct eng_fault *f, unsigned *seen, char *err,
@@ -125,6 +126,8 @@ static int parse_item(struct span item, struct eng_fault *f, unsigned *seen, cha
         bit = SEEN_CHUNK;
     else if (is(key, "times"))
         bit = SEEN_TIMES;
+    else if (is(key, "reset"))
+        bit = SEEN_RESET;
     else
         return bad(err, errlen, item, "unknown key");
     if (*seen & bit)
@@ -164,6 +167,14 @@ static int parse_item(struct span item, struct eng_fault *f, unsigned *seen, cha
     case SEEN_CHUNK:
         if (!number(val, &f->chunk))
             return bad(err, errlen, item, "chunk is a number 0..2147483647");
+        return 0;
+    case SEEN_RESET:
+        if (is(val, "ok"))
+            f->reset_fails = 0;
+        else if (is(val, "fail"))
+            f->reset_fails = 1;
+        else if (!number(val, &f->reset_fails))
+            return bad(err, errlen, item, "reset is ok, fail or a number 0..2147483647");
         return 0;
     default: /* SEEN_TIMES */
         if (!number(val, &f->times) || f->times < 1)
@@ -315,7 +326,8 @@ enum eng_ert_state eng_fault_match(struct eng_fault_list *l, const struct eng_fa
 
 int eng_fault_format(const struct eng_fault *f, char *buf, size_t len)
 {
-    char phase[24] = "", token[24] = "", layer[24] = "", chunk[24] = "", times[24];
+    char phase[24] = "", token[24] = "", layer[24] = "", chunk[24] = "", times[24],
+         reset[24] = "";
     if (f->phase != ENG_FAULT_ANY)
         snprintf(phase, sizeof phase, "phase=%s,", eng_phase_name(f->phase));
     if (f->token != ENG_FAULT_ANY)
@@ -332,7 +344,11 @@ int eng_fault_format(const struct eng_fault *f, char *buf, size_t len)
         snprintf(times, sizeof times, "once");
     else
         snprintf(times, sizeof times, "times=%d", f->times);
+    if (f->reset_fails == 1)
+        snprintf(reset, sizeof reset, ",reset=fail");
+    else if (f->reset_fails > 1)
+        snprintf(reset, sizeof reset, ",reset=%d", f->reset_fails);
     /* The short state name: the enum name without "ERT_CMD_STATE_". */
-    return snprintf(buf, len, "%s%s%s%sstate=%s,%s", phase, token, layer, chunk,
-                    eng_ert_name(f->state) + strlen("ERT_CMD_STATE_"), times);
+    return snprintf(buf, len, "%s%s%s%sstate=%s,%s%s", phase, token, layer, chunk,
+                    eng_ert_name(f->state) + strlen("ERT_CMD_STATE_"), times, reset);
 }

@@ -12,6 +12,7 @@
  *           | "layer=" ( N | "head" )   default any
  *           | "chunk=" N                default any
  *           | "once" | "every" | "times=" N                   default once
+ *           | "reset=" ( "ok" | "fail" | N )              default ok
  *   STATE  := a name as eng_ert_parse takes it: TIMEOUT, timeout,
  *             ERT_CMD_STATE_TIMEOUT, ert_cmd_state_timeout, or 1..11 — anything
  *             but COMPLETED (4)
@@ -34,6 +35,10 @@
  *   once    fires the first time it matches, then never again (the default).
  *   times=N fires the first N times it matches (N >= 1).
  *   every   fires every time it matches.
+ *   reset   what the device reset after a firing does (the sim's reset step):
+ *           ok, it succeeds (the default, = 0); fail, the first reset after the
+ *           firing fails and the next one succeeds (= 1); N, the first N resets
+ *           fail. A device whose reset failed stays failed and runs nothing.
  * A fired fault makes the runlist end in `state`. When several specs match a
  * runlist the first one in spec order fires and only it is used up. A fault list
  * lives as long as the device: `once` means once per daemon run, not per request.
@@ -42,6 +47,7 @@
  *   phase=decode,token=3,layer=30,state=ABORT        4th decode step, once
  *   phase=decode,state=TIMEOUT,every                 every decode runlist
  *   phase=prefill,layer=0,state=NEW;layer=head,state=ERROR,times=2
+ *   phase=prefill,state=TIMEOUT,reset=fail           ... and the reset fails once
  *
  * Threading: a fault list belongs to one thread (the worker): matching mutates it.
  */
@@ -56,7 +62,7 @@
 /* One line, for error messages and --help. */
 #define ENG_FAULT_GRAMMAR                                                                   \
     "state=NAME|1..11[,phase=prefill|decode|any][,token=N][,layer=N|head][,chunk=N]"        \
-    "[,once|,every|,times=N], specs separated by ';'"
+    "[,once|,every|,times=N][,reset=ok|fail|N], specs separated by ';'"
 
 #define ENG_FAULT_ANY (-1)         /* phase/token/layer/chunk: not given, matches anything */
 #define ENG_FAULT_LAYER_HEAD (-2)  /* layer=head */
@@ -69,6 +75,8 @@ struct eng_fault {
     int chunk;                   /* >= 0 or ENG_FAULT_ANY */
     enum eng_ert_state state;    /* never COMPLETED */
     int times;                   /* as written: 1 for once, N for times=N, ENG_FAULT_EVERY */
+    int reset_fails;             /* resets that fail after each firing: 0 (reset=ok),
+                                    1 (reset=fail) or N (reset=N) */
     /* updated by eng_fault_match */
     int remaining;               /* firings left: 0 = spent; ENG_FAULT_EVERY = forever */
     int fired;                   /* how many times it fired */
@@ -112,7 +120,8 @@ enum eng_ert_state eng_fault_match(struct eng_fault_list *l, const struct eng_fa
                                    int *which);
 
 /* A fault in canonical spec form, e.g. "phase=decode,token=3,layer=30,state=ABORT,once"
- * (parses back to the same fault). Returns what snprintf returns. */
+ * (",reset=fail" / ",reset=N" appended when its resets fail; parses back to the
+ * same fault). Returns what snprintf returns. */
 int eng_fault_format(const struct eng_fault *f, char *buf, size_t len);
 
 #endif

@@ -2,7 +2,8 @@
  * the plain forward pass for every way of cutting the layers, engine errors as
  * ERROR, and the sim's firmware model — the runlist limit's TIMEOUT at the first
  * command over the limit, "needs reset", a cancellable hang, injected faults at
- * the command they name, latency, and fault specs checked against the model.
+ * the command they name, injected reset failures, latency, and fault specs checked
+ * against the model.
  *
  * Packs are generated once per run with minicpmd-pack gen (MINICPMD_PACK) into
  * MINICPMD_TEST_WORK; meson test sets both. */
@@ -358,6 +359,65 @@ MCD_TEST(device, sim_faults_fail_at_the_named_command)
     struct eng_device_stats st;
     eng_device_get_stats(d, &st);
     cr_assert_eq(st.faults_fired, 2);
+    eng_plan_deinit(&plan);
+    eng_device_seq_end(d, s);
+    eng_device_free(d);
+    eng_pack_free(p);
+}
+
+/* reset=N: the first N resets after the fault fail and the device stays failed
+ * (nothing runs); the one after succeeds. reset=fail is N = 1, per firing. */
+MCD_TEST(device, sim_injected_reset_failures)
+{
+    eng_pack *p = open_pack("deep");
+    struct eng_fault_list faults = {0};
+    char err[512] = "";
+    cr_assert_eq(eng_fault_list_parse(&faults,
+                                      "phase=prefill,layer=0,state=TIMEOUT,reset=2;"
+                                      "phase=decode,state=ERROR,reset=fail,every",
+                                      err, sizeof err),
+                 0, "%s", err);
+    struct eng_device_opts o = {.n_threads = 1, .faults = &faults};
+    struct eng_device *d = open_dev("sim", &o, p);
+    eng_fault_list_clear(&faults);
+    eng_device_seq *s = begin(d, 64);
+    struct eng_plan plan;
+    plan_k(&plan, 42, 21);
+    struct eng_batch b = {.tokens = prompt, .n_tokens = N_PROMPT, .phase = ENG_PHASE_PREFILL};
+    struct eng_run_result res;
+
+    cr_assert_eq(run_plan(d, s, &plan, &b, &res), -EIO);
+    cr_assert_eq(res.state, ENG_ERT_TIMEOUT);
+    for (int i = 0; i < 2; i++) {
+        err[0] = '\0';
+        cr_assert_eq(eng_device_reset(d, err, sizeof err), -EIO, "reset %d must fail", i);
+        cr_assert(strstr(err, "injected reset failure"), "%s", err);
+        /* Still failed: nothing runs, not even a runlist no fault matches. */
+        cr_assert_eq(eng_device_run_runlist(d, s, &plan.runlists[1], &b, &res), -EIO);
+        cr_assert_eq(res.state, ENG_ERT_ERROR);
+        cr_assert(strstr(res.message, "needs reset"), "%s", res.message);
+    }
+    struct eng_device_stats st;
+    eng_device_get_stats(d, &st);
+    cr_assert_eq(st.resets, 0, "a failed reset is not counted");
+    cr_assert_eq(eng_device_reset(d, err, sizeof err), 0, "the third reset succeeds: %s", err);
+    eng_device_seq_truncate(d, s, 0);
+    cr_assert_eq(run_plan(d, s, &plan, &b, &res), 0, "once: spent: %s", res.message);
+
+    /* reset=fail with every: each firing fails one reset, the next one succeeds. */
+    const int32_t next = 11;
+    b = (struct eng_batch){.tokens = &next, .n_tokens = 1, .phase = ENG_PHASE_DECODE};
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(run_plan(d, s, &plan, &b, &res), -EIO);
+        cr_assert_eq(res.state, ENG_ERT_ERROR);
+        cr_assert(strstr(res.message, "injected fault"), "%s", res.message);
+        cr_assert_eq(eng_device_reset(d, err, sizeof err), -EIO, "firing %d", i);
+        cr_assert_eq(eng_device_reset(d, err, sizeof err), 0, "firing %d: %s", i, err);
+        eng_device_seq_truncate(d, s, 0);
+    }
+    eng_device_get_stats(d, &st);
+    cr_assert_eq(st.resets, 4);
+    cr_assert_eq(st.faults_fired, 4);
     eng_plan_deinit(&plan);
     eng_device_seq_end(d, s);
     eng_device_free(d);

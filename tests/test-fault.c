@@ -30,6 +30,7 @@ MCD_TEST(fault, parse_example)
     cr_assert_eq(f.chunk, ENG_FAULT_ANY);
     cr_assert_eq(f.state, ENG_ERT_ABORT);
     cr_assert_eq(f.times, 1, "once is the default");
+    cr_assert_eq(f.reset_fails, 0, "reset=ok is the default");
     cr_assert_eq(f.remaining, 1);
     cr_assert_eq(f.fired, 0);
 }
@@ -54,6 +55,15 @@ MCD_TEST(fault, parse_forms)
     cr_assert_eq(f.chunk, 2);
     cr_assert_eq(f.state, ENG_ERT_TIMEOUT);
     cr_assert_eq(f.times, 3);
+
+    /* the reset step */
+    cr_assert_eq(one("state=TIMEOUT,reset=fail").reset_fails, 1);
+    cr_assert_eq(one("state=TIMEOUT, Reset = FAIL ").reset_fails, 1);
+    cr_assert_eq(one("state=TIMEOUT,reset=ok").reset_fails, 0);
+    cr_assert_eq(one("reset=0,state=TIMEOUT").reset_fails, 0);
+    f = one("phase=prefill,state=ERROR,reset=3,every");
+    cr_assert_eq(f.reset_fails, 3);
+    cr_assert_eq(f.times, ENG_FAULT_EVERY, "reset= is not once/every/times");
 
     cr_assert_eq(one("state=ERT_CMD_STATE_NORESPONSE").state, ENG_ERT_NORESPONSE);
     cr_assert_eq(one("state=ert_cmd_state_error").state, ENG_ERT_ERROR);
@@ -127,6 +137,11 @@ static const struct {
     {"state=ABORT,state=ERROR", "\"state=ERROR\": key given twice"},
     {"layer=1,layer=2,state=ERROR", "\"layer=2\": key given twice"},
     {"foo=1,state=ABORT", "\"foo=1\": unknown key"},
+    {"state=ABORT,reset=maybe", "\"reset=maybe\": reset is ok, fail or a number"},
+    {"state=ABORT,reset=-1", "\"reset=-1\""},
+    {"state=ABORT,reset=", "\"reset=\""},
+    {"state=ABORT,reset=fail,reset=ok", "\"reset=ok\": key given twice"},
+    {"reset=fail", "no state="},
     {"state=ABORT,,once", "empty item"},
     {"state=ABORT,", "empty item"},
     {",state=ABORT", "empty item"},
@@ -348,6 +363,10 @@ MCD_TEST(fault, canonical_form_round_trips)
         " phase = PREFILL , layer = head , state = ert_cmd_state_noresponse , every ",
         "chunk=7,state=1,times=12",
         "token=0,layer=0,chunk=0,phase=any,state=SKCRASHED,once",
+        "reset=fail,phase=prefill,state=TIMEOUT",
+        "state=ERROR,reset=7,every",
+        "state=ABORT,reset=ok",
+        "state=ABORT,reset=1",
     };
     const char *canon[] = {
         "phase=decode,token=3,layer=30,state=ABORT,once",
@@ -355,6 +374,10 @@ MCD_TEST(fault, canonical_form_round_trips)
         "phase=prefill,layer=head,state=NORESPONSE,every",
         "chunk=7,state=NEW,times=12",
         "token=0,layer=0,chunk=0,state=SKCRASHED,once",
+        "phase=prefill,state=TIMEOUT,once,reset=fail",
+        "state=ERROR,every,reset=7",
+        "state=ABORT,once",
+        "state=ABORT,once,reset=fail",
     };
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         struct eng_fault f = one(specs[i]);
