@@ -40,7 +40,9 @@
  * or the retries are used up) the request ends in ERROR, code -EIO, with the
  * struct eng_device_error of the last failed runlist. `retryable` is true when the
  * device reset succeeded (the worker goes on serving: 503 + Retry-After), false
- * when it did not (500); the next request tries the reset again first. */
+ * when it did not (500); the next request tries the reset again first, and while
+ * it still fails each request ends at once in the same non-retryable device error
+ * (the failure that left the device down). */
 #include "engine/worker-impl.h"
 
 #include <errno.h>
@@ -215,6 +217,7 @@ static bool on_fault(struct gen *g)
         w->device_broken = false;
     } else {
         w->device_broken = true;
+        w->broken_by = g->derr;
         eng__worker_log(w, ENG_LOG_ERROR, "device %s: reset failed: %s", w->device_name, err);
     }
     eng_device_seq_truncate(w->dev, w->seq, 0);
@@ -406,7 +409,8 @@ void eng__worker_run(struct eng_worker *w, eng_gen_req *r)
     if (w->device_broken) {
         /* The last reset failed: try once more before giving the device work. */
         if ((rc = eng_device_reset(w->dev, msg, sizeof msg))) {
-            emit_error(&g, -EIO, false, false, "device %s did not recover: %s", w->device_name,
+            g.derr = w->broken_by;   /* -EIO always carries a device error (worker.h) */
+            emit_error(&g, -EIO, false, true, "device %s did not recover: %s", w->device_name,
                        msg);
             goto out;
         }

@@ -70,6 +70,8 @@ struct eng_worker {
     struct eng_kpolicy kp;
     struct eng_plan plan;         /* for kp's K */
     bool device_broken;           /* a reset failed; try again before the next request */
+    struct eng_device_error broken_by; /* with device_broken: the failure that left the
+                                          device down, reported while it stays down */
     float *logits, *raw_logits;   /* (n_vocab) */
     int32_t *ids;                 /* (n_ctx + 1) prompt + generated */
     eng_gen_req **swept;          /* (queue_size) scratch for eng__worker_sweep */
