@@ -10,6 +10,9 @@
  *     states), and the next request succeeds;
  *   - a fault after tokens were emitted: the replay rebuilds the KV cache and the
  *     tokens still equal the cpu's;
+ *   - a reset that fails (fault spec reset=fail / reset=N): the request ends in the
+ *     non-retryable device error, the next request resets first and runs, or is
+ *     refused with the same error while the device stays down;
  *   - the queue: N+1 submissions with queue size N while busy -> exactly one
  *     -EBUSY; FIFO order; cancel while queued, mid-decode and during a hang, and
  *     shutdown with requests queued: each gets its one final event, measured;
@@ -599,6 +602,112 @@ MCD_TEST(worker, non_adapting_state_mid_decode)
         cr_assert_eq(r->n_ids, 4);
     }
     rec_free(r);
+    fx_free(f);
+}
+
+/* ---- a device that could not be reset --------------------------------------------------- */
+
+/* The reset after a fault fails (reset=fail): the request ends at once in the
+ * non-retryable device error (HTTP 500) — even in auto mode, which would otherwise
+ * replay a TIMEOUT with a smaller K — and the next request resets the device
+ * first, then runs. */
+MCD_TEST(worker, failed_reset_ends_request_and_next_one_resets_first)
+{
+    struct rec *ref = cpu_reference(12);
+    struct setup s = {.device = "sim", .faults = "phase=prefill,layer=30,state=TIMEOUT,reset=fail",
+                      .kmode = ENG_KMODE_AUTO};
+    struct fx *f = fx_new(&s);
+    struct rec *r = run(f, &(struct gen_args){.max_tokens = 12});
+    cr_assert_eq(r->kind, ENG_EVENT_ERROR, "expected ERROR, got DONE");
+    const struct eng_error_event *e = &r->error;
+    cr_assert_eq(e->code, -EIO);
+    cr_assert_not(e->retryable, "the device was not brought back: 500, no Retry-After");
+    cr_assert(e->has_device_error);
+    cr_assert_eq(e->device.state, ENG_ERT_TIMEOUT);
+    cr_assert_eq(e->device.phase, ENG_PHASE_PREFILL);
+    cr_assert_eq(e->device.failed_layer, 30);
+    cr_assert_eq(e->device.attempts, 1, "no replay on a device that is down");
+    cr_assert_str_eq(e->device.device, "sim");
+    cr_assert(strstr(e->message, "ERT_CMD_STATE_TIMEOUT"), "%s", e->message);
+    cr_assert_eq(e->timings.runlists_by_state[ENG_ERT_TIMEOUT], 1);
+    cr_assert_eq(e->completion_tokens, 0);
+    cr_assert_eq(r->n_ids, 0);
+    struct eng_worker_stats st;
+    eng_worker_get_stats(f->w, &st);
+    cr_assert_eq(st.failed, 1);
+    cr_assert_eq(st.device_resets, 0, "the reset failed");
+    cr_assert_eq(st.k_halvings, 0, "the K policy is not asked when the device is down");
+    cr_assert_eq(st.current_k, 42);
+
+    /* The next request: the worker resets first (it works now), then runs the
+     * request normally — the same tokens as the cpu device. */
+    struct rec *r2 = run(f, &(struct gen_args){.max_tokens = 12});
+    assert_done(r2, "after the failed reset");
+    assert_same_tokens(ref, r2, "after the failed reset vs cpu");
+    cr_assert_eq(r2->done.timings.attempts, 1);
+    cr_assert_eq(r2->done.timings.runlists_by_state[ENG_ERT_TIMEOUT], 0);
+    eng_worker_get_stats(f->w, &st);
+    cr_assert_eq(st.device_resets, 1, "the reset before the second request");
+    cr_assert_eq(st.failed, 1);
+    struct eng_device_stats ds;
+    eng_device_get_stats(f->dev, &ds);   /* the worker is idle: reading is safe */
+    cr_assert_eq(ds.resets, 1);
+    cr_assert_eq(ds.faults_fired, 1);
+    cr_assert_eq(n_bad_events, 0);
+    rec_free(ref);
+    rec_free(r);
+    rec_free(r2);
+    fx_free(f);
+}
+
+/* The reset keeps failing (reset=2): the request after the failed one is refused
+ * before it touches the device, with the same non-retryable device error (the
+ * failure that left the device down); once a reset works, requests run again. */
+MCD_TEST(worker, device_still_down_refuses_next_request)
+{
+    struct setup s = {.device = "sim", .faults = "phase=decode,token=0,state=ERROR,reset=2",
+                      .kmode = ENG_KMODE_FIXED, .k = 21};
+    struct fx *f = fx_new(&s);
+    struct rec *r = run(f, &(struct gen_args){.max_tokens = 3});
+    cr_assert_eq(r->kind, ENG_EVENT_ERROR, "expected ERROR, got DONE");
+    cr_assert_eq(r->error.code, -EIO);
+    cr_assert_not(r->error.retryable);
+    cr_assert(r->error.has_device_error);
+    cr_assert_eq(r->error.device.state, ENG_ERT_ERROR);
+    cr_assert_eq(r->error.device.phase, ENG_PHASE_DECODE);
+    cr_assert_eq(r->error.device.token_pos, N_PROMPT, "decode step 0");
+    cr_assert_eq(r->error.completion_tokens, 1, "the first token was out");
+    cr_assert_eq(r->n_ids, 1);
+
+    /* The second reset fails too: refused, nothing submitted to the device. */
+    struct rec *r2 = run(f, &(struct gen_args){.max_tokens = 3});
+    cr_assert_eq(r2->kind, ENG_EVENT_ERROR, "expected ERROR, got DONE");
+    const struct eng_error_event *e = &r2->error;
+    cr_assert_eq(e->code, -EIO);
+    cr_assert_not(e->retryable, "the device is still down: 500, no Retry-After");
+    cr_assert(e->has_device_error, "a device error (HTTP device_error), not an internal "
+                                   "error: %s", e->message);
+    cr_assert_eq(e->device.state, ENG_ERT_ERROR, "the failure that left the device down");
+    cr_assert_str_eq(e->device.device, "sim");
+    cr_assert(strstr(e->message, "did not recover"), "%s", e->message);
+    cr_assert_eq(e->timings.runlists, 0, "nothing ran on a device that is down");
+    cr_assert_eq(e->completion_tokens, 0);
+    cr_assert_eq(r2->n_ids, 0);
+    struct eng_worker_stats st;
+    eng_worker_get_stats(f->w, &st);
+    cr_assert_eq(st.failed, 2);
+    cr_assert_eq(st.device_resets, 0);
+
+    /* The third reset works: serving again. */
+    struct rec *r3 = run(f, &(struct gen_args){.max_tokens = 3});
+    assert_done(r3, "after the device came back");
+    eng_worker_get_stats(f->w, &st);
+    cr_assert_eq(st.failed, 2);
+    cr_assert_eq(st.device_resets, 1);
+    cr_assert_eq(n_bad_events, 0);
+    rec_free(r);
+    rec_free(r2);
+    rec_free(r3);
     fx_free(f);
 }
 

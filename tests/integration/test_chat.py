@@ -330,5 +330,116 @@ def sim_k21_never_faults():
     stop_ok(d)
 
 
+def metric(d, name):
+    """The value of one sample line of /metrics, e.g. 'minicpmd_device_resets_total'
+    or 'minicpmd_generation_requests_total{outcome="failed"}'."""
+    for line in d.metrics().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise Failure("no %s in /metrics" % name)
+
+
+FAILED = 'minicpmd_generation_requests_total{outcome="failed"}'
+RESETS = "minicpmd_device_resets_total"
+
+
+def assert_health_ok(d, when):
+    h = d.get("/health")
+    eq(h.status, 200, "/health status " + when)
+    eq(h.json()["status"], "ok", "/health status field " + when)
+
+
+def assert_device_down_500(r, code, when):
+    """The README's "could not be reset" answer: 500, an OpenAI error object of type
+    device_error with the ERT state's code, and no Retry-After (unlike the 503)."""
+    eq(r.status, 500, "status " + when)
+    check(r.header("retry-after") is None, "a 500 device error has no Retry-After (%s): %r",
+          when, r)
+    err = assert_error_object(r, type_="device_error", code=code, param=None)
+    eq(err["device"], "sim", "device " + when)
+    return err
+
+
+@test
+def sim_failed_reset_gives_500_and_daemon_keeps_serving():
+    """A fault whose device reset fails (reset=fail, twice): a non-streaming request
+    gets 500 device_error, a streaming one a single error event; /health stays ok and
+    the next request (the worker resets first, which now works) succeeds."""
+    d = pack_daemon(["--device", "sim", "--runlist-layers", "auto",
+                     "--fault", "phase=prefill,state=TIMEOUT,reset=fail,times=2"])
+    r = chat(d, max_tokens=4, temperature=0)
+    err = assert_device_down_500(r, "ert_cmd_state_timeout", "after a failed reset")
+    eq(err["ert_state"], 8, "ert_state")
+    eq(err["phase"], "prefill", "phase")
+    eq(err["attempts"], 1, "auto does not replay on a device that is down")
+    assert_health_ok(d, "after a failed reset")
+    eq(metric(d, RESETS), 0, "resets after the failed one")
+    eq(metric(d, FAILED), 1, "failed requests")
+
+    # The reset before this request works; the fault fires again and so does the
+    # reset failure: after the first chunk, one error event and no [DONE].
+    r = chat(d, max_tokens=4, temperature=0, stream=True)
+    eq(r.status, 200, "stream status (headers went out first)")
+    check(r.header("content-type").startswith("text/event-stream"), "content-type: %r", r)
+    ev = sse_events(r.body)
+    check("[DONE]" not in ev, "a stream that failed ends without [DONE]: %r", ev)
+    errors = [e for e in ev if isinstance(e, dict) and "error" in e]
+    eq(len(errors), 1, "error events in the stream")
+    check(ev[-1] is errors[0], "the error event is the last one: %r", ev[-2:])
+    e = errors[0]
+    eq(set(e), {"error"}, "error event keys")
+    for k in ("message", "type", "param", "code"):
+        check(k in e["error"], "error event lacks %r: %r", k, e)
+    eq(e["error"]["type"], "device_error", "stream error type")
+    eq(e["error"]["code"], "ert_cmd_state_timeout", "stream error code")
+    eq(e["error"]["param"], None, "stream error param")
+    eq(ev[0]["choices"][0]["delta"], {"role": "assistant", "content": ""}, "first delta")
+    assert_health_ok(d, "after a failed reset in a stream")
+    eq(metric(d, RESETS), 1, "resets")
+    eq(metric(d, FAILED), 2, "failed requests")
+
+    # The fault is spent: the worker resets first and serves again.
+    r = chat(d, max_tokens=4, temperature=0)
+    eq(r.status, 200, "the request after the failed resets")
+    j = r.json()
+    check(isinstance(j["choices"][0]["message"]["content"], str), "content: %r", j)
+    check(j["choices"][0]["finish_reason"] in ("stop", "length"), "finish_reason: %r", j)
+    eq(metric(d, RESETS), 2, "resets")
+    eq(metric(d, FAILED), 2, "failed requests")
+    stop_ok(d)
+
+
+@test
+def sim_device_still_down_refuses_with_500():
+    """reset=3: the reset after the fault and the ones before the next two requests
+    fail, so those requests are refused with the same 500 device_error (not an
+    internal_error), streamed as one error event; the fourth reset works and the
+    daemon serves again."""
+    d = pack_daemon(["--device", "sim", "--runlist-layers", "all",
+                     "--fault", "phase=prefill,state=ERROR,reset=3"])
+    r = chat(d, max_tokens=4, temperature=0)
+    assert_device_down_500(r, "ert_cmd_state_error", "after a failed reset")
+    assert_health_ok(d, "after a failed reset")
+    r = chat(d, max_tokens=4, temperature=0)
+    err = assert_device_down_500(r, "ert_cmd_state_error", "while the device is still down")
+    eq(err["ert_state"], 5, "ert_state: ERROR, the failure that left the device down")
+    r = chat(d, max_tokens=4, temperature=0, stream=True)
+    eq(r.status, 200, "stream status (headers went out first)")
+    ev = sse_events(r.body)
+    check("[DONE]" not in ev, "no [DONE] after an error: %r", ev)
+    errors = [e for e in ev if isinstance(e, dict) and "error" in e]
+    eq(len(errors), 1, "error events in the stream")
+    check(ev[-1] is errors[0], "the error event is the last one: %r", ev[-2:])
+    eq(errors[0]["error"]["type"], "device_error", "stream error type")
+    eq(errors[0]["error"]["code"], "ert_cmd_state_error", "stream error code")
+    eq(metric(d, RESETS), 0, "no reset worked yet")
+    eq(metric(d, FAILED), 3, "failed requests")
+    assert_health_ok(d, "while the device is down")
+    r = chat(d, max_tokens=4, temperature=0)
+    eq(r.status, 200, "the device came back")
+    eq(metric(d, RESETS), 1, "resets")
+    eq(metric(d, FAILED), 3, "failed requests")
+    stop_ok(d)
+
 if __name__ == "__main__":
     run_main()
