@@ -27,14 +27,15 @@
     XX(UNSUPPORTED_MEDIA,  415, "invalid_request_error", "unsupported_media_type")        \
     XX(INTERNAL,           500, "server_error",          "internal_error")                \
     XX(NOT_IMPLEMENTED,    501, "not_implemented_error", "not_implemented")               \
-    XX(DEVICE,             502, "server_error",          "device_error")                  \
     XX(LOADING,            503, "unavailable_error",     "model_loading")                 \
     XX(NO_MODEL,           503, "unavailable_error",     "no_model")                      \
     XX(BUSY,               503, "unavailable_error",     "server_busy")                   \
     XX(SHUTTING_DOWN,      503, "unavailable_error",     "shutting_down")                 \
     /* A device fault from the worker; the code is the ERT state's name in lower \
-     * case, set per error by api_device_error_body() (api/chat-resp.h). */      \
-    XX(DEVICE_FAULT,       502, "device_error",          NULL)
+     * case, set per error by api_device_error_body() (api/chat-resp.h). 500 is  \
+     * for a device that could not be reset; server/chat.c answers 503 with     \
+     * Retry-After when the reset worked. */                                     \
+    XX(DEVICE_FAULT,       500, "device_error",          NULL)
 
 enum api_error {
 #define XX(name, status, type, code) API_ERR_##name,

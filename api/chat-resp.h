@@ -206,7 +206,8 @@ struct api_device_error {
  * lower case>" (eng_ert_code()'s value, e.g. "ert_cmd_state_timeout";
  * "device_error" without a name), "ert_state", "phase", "chunk_index",
  * "chunk_count", "layer_first", "layer_last", "token_pos", "elapsed_ms", "device",
- * "attempts"}}. Status: api_error_status(API_ERR_DEVICE_FAULT) (502). */
+ * "attempts"}}. Status: 503 + Retry-After when the device was reset and serves
+ * again, 500 when it could not be reset (server/chat.c). */
 json_t *api_device_error_json(const struct api_device_error *e);
 char *api_device_error_body(const struct api_device_error *e);
 

@@ -1321,7 +1321,7 @@ MCD_TEST(chat_errors, device_error)
                      "prefill, chunk 3 of 10 (layers 12-15) at token 120 after 2000 ms; 2 "
                      "attempts. The request was not completed; it may be retried.");
     json_decref(e);
-    cr_assert_eq(api_error_status(API_ERR_DEVICE_FAULT), 502);
+    cr_assert_eq(api_error_status(API_ERR_DEVICE_FAULT), 500);
     cr_assert_str_eq(api_error_type(API_ERR_DEVICE_FAULT), "device_error");
 
     /* Unknown fields are left out; no name: code "device_error". As a stream event. */

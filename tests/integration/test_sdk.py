@@ -128,7 +128,8 @@ def sdk_chat_errors():
 
 @test
 def sdk_chat_device_error():
-    """A device fault: InternalServerError (500 device_error ert_cmd_state_timeout);
+    """A device fault: InternalServerError (503 + Retry-After after a reset, device_error
+    ert_cmd_state_timeout);
     mid-stream, the SDK's APIError from the error event."""
     need_sdk()
     d = Daemon(["--device", "sim", "--sim-runlist-limit", "36", "--sim-timeout-ms", "300",
