@@ -63,6 +63,7 @@ struct cfg {
     int queue_size;             /* pending generation requests before 503 */
     char *state_dir;            /* where learned runlist K etc. are kept */
     int prefill_chunk;          /* prompt tokens per prefill step */
+    bool prompt_cache;          /* reuse the KV cache of the previous request's prefix */
     int runlist_retries;        /* auto: how often one request may halve K */
     enum cfg_precision precision;
     enum cfg_qk_norm qk_norm;

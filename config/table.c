@@ -95,6 +95,9 @@ const struct cfg__entry cfg__table[CFG__N_ENTRIES] = {
                                      "~/.local/state/minicpmd or /var/lib/minicpmd"),
     ROW(PREFILL_CHUNK) = INT("prefill-chunk", prefill_chunk, 1, 512, 512, .metavar = "N",
                              .help = "prompt tokens per prefill step (one batch)"),
+    ROW(PROMPT_CACHE) = BOOL("prompt-cache", prompt_cache, true,
+                             .help = "reuse the KV cache of the longest prefix a prompt shares "
+                                     "with the previous request's tokens"),
     ROW(RUNLIST_RETRIES) = INT("runlist-retries", runlist_retries, 0, 16, 4, .metavar = "N",
                                .help = "runlist-layers auto: times one request may halve "
                                        "the layers per runlist after a device hang"),

@@ -60,6 +60,7 @@ struct gen {
     eng_detok *detok;
     int32_t *ids;
     int n_prompt, n_gen, n_fed;
+    int n_cached;                /* prompt positions reused from the KV cache */
     bool have_logits;
     bool succeeded;              /* ended in stop or length */
     int64_t t_start, t_prompt_done;
@@ -143,7 +144,7 @@ static void finish_timings(struct gen *g)
     int64_t prompt_end = g->t_prompt_done ? g->t_prompt_done : now;
     g->tm.prompt_ms = (double)(prompt_end - g->t_start) / 1e3;
     g->tm.prompt_tps = g->t_prompt_done && g->tm.prompt_ms > 0
-                           ? g->n_prompt / (g->tm.prompt_ms / 1e3) : 0;
+                           ? (g->n_prompt - g->n_cached) / (g->tm.prompt_ms / 1e3) : 0;
     g->tm.decode_ms = g->t_prompt_done ? (double)(now - g->t_prompt_done) / 1e3 : 0;
     g->tm.decode_tps = g->tm.decode_ms > 0 ? g->n_gen / (g->tm.decode_ms / 1e3) : 0;
     g->tm.attempts = g->w->kp.attempts > 0 ? g->w->kp.attempts : 1;
@@ -166,6 +167,7 @@ static void emit_done(struct gen *g, enum eng_finish finish)
     ev.done.text = tail && len > 0 ? tail : "";
     ev.done.text_len = tail && len > 0 ? (size_t)len : 0;
     ev.done.prompt_tokens = g->n_prompt;
+    ev.done.cached_tokens = g->n_cached;
     ev.done.completion_tokens = g->n_gen;
     ev.done.timings = g->tm;
     g->succeeded = finish != ENG_FINISH_CANCELLED;
@@ -196,6 +198,7 @@ static void emit_error(struct gen *g, int code, bool retryable, bool device, con
     vsnprintf(e->message, sizeof e->message, fmt, ap);
     va_end(ap);
     e->prompt_tokens = g->n_prompt;
+    e->cached_tokens = g->n_cached;
     e->completion_tokens = g->n_gen;
     e->timings = g->tm;
     atomic_fetch_add_explicit(&w->m.failed, 1, memory_order_relaxed);
@@ -222,6 +225,7 @@ static bool on_fault(struct gen *g)
     }
     eng_device_seq_truncate(w->dev, w->seq, 0);
     g->n_fed = 0;
+    w->n_kv = 0;
     g->have_logits = false;
 
     char line[384];
@@ -331,6 +335,10 @@ static enum step_rc turn(struct gen *g, bool *ended)
     if (g->n_fed < g->n_prompt) {
         struct eng_prefill_chunk pc;
         eng_plan_prefill_chunk(g->n_prompt, w->prefill_chunk, g->n_fed / w->prefill_chunk, &pc);
+        if (pc.token_begin < g->n_fed) { /* after a cached prefix: the chunk's rest */
+            pc.n_tokens -= g->n_fed - pc.token_begin;
+            pc.token_begin = g->n_fed;
+        }
         bool want = pc.last && g->n_gen == 0;
         enum step_rc rc = run_step(g, ENG_PHASE_PREFILL, g->ids + pc.token_begin, pc.n_tokens,
                                    pc.token_begin, want, &pc);
@@ -359,6 +367,22 @@ static enum step_rc turn(struct gen *g, bool *ended)
         g->have_logits = want;
     }
     return rc;
+}
+
+/* Prompt positions whose KV the device already holds: the longest prefix the
+ * prompt shares with ids[0 .. n_kv), the previous request's prompt and fed
+ * output, but never the whole prompt (its last position must run for the
+ * logits). The forward pass is batch-invariant (a position's KV does not depend
+ * on how the prompt was cut into chunks), so the output is the same as without
+ * the cache. */
+static int reusable_prefix(const struct eng_worker *w, const eng_gen_req *r)
+{
+    if (!w->prompt_cache)
+        return 0;
+    int n = w->n_kv < r->n_prompt - 1 ? w->n_kv : r->n_prompt - 1, i = 0;
+    while (i < n && w->ids[i] == r->prompt[i])
+        i++;
+    return i;
 }
 
 /* Checks that need the model: the prompt fits and its ids exist. */
@@ -418,8 +442,13 @@ void eng__worker_run(struct eng_worker *w, eng_gen_req *r)
         w->device_broken = false;
     }
     eng_sampler_accept_prompt(g.sampler, r->prompt, r->n_prompt);
+    g.n_cached = reusable_prefix(w, r);
     memcpy(g.ids, r->prompt, (size_t)r->n_prompt * sizeof *g.ids);
-    eng_device_seq_truncate(w->dev, w->seq, 0);
+    eng_device_seq_truncate(w->dev, w->seq, g.n_cached);
+    g.n_fed = g.n_cached;
+    w->n_kv = g.n_cached;
+    atomic_fetch_add_explicit(&w->m.tokens_cached, (uint_fast64_t)g.n_cached,
+                              memory_order_relaxed);
 
     for (;;) {
         /* Between tokens, prompt chunks and replays: the cancel point. */
@@ -458,6 +487,8 @@ void eng__worker_run(struct eng_worker *w, eng_gen_req *r)
                             k, w->kstate_path);
     }
 out:
+    if (g.n_fed > w->n_kv) /* what the device's KV now holds, for the next prompt */
+        w->n_kv = g.n_fed;
     eng_detok_free(g.detok);
     eng_sampler_free(g.sampler);
 }

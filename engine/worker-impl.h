@@ -36,7 +36,7 @@ struct worker_metrics {
     atomic_int current_k;
     atomic_uint_fast64_t requests, rejected;
     atomic_uint_fast64_t finished_stop, finished_length, cancelled, failed;
-    atomic_uint_fast64_t tokens_in, tokens_out;
+    atomic_uint_fast64_t tokens_in, tokens_cached, tokens_out;
     atomic_uint_fast64_t runlists_by_state[ENG_ERT_LAST + 1];
     atomic_uint_fast64_t device_resets, k_halvings;
 };
@@ -51,6 +51,7 @@ struct eng_worker {
     void (*log)(void *ctx, enum eng_log_level level, const char *msg);
     void *log_ctx;
     int n_layers, n_vocab, n_ctx, prefill_chunk, queue_size;
+    bool prompt_cache;
     char device_name[64];
     char *model_id;
     char *kstate_path;            /* NULL: K is not remembered */
@@ -74,6 +75,7 @@ struct eng_worker {
                                           device down, reported while it stays down */
     float *logits, *raw_logits;   /* (n_vocab) */
     int32_t *ids;                 /* (n_ctx + 1) prompt + generated */
+    int n_kv;                     /* seq's KV holds ids[0 .. n_kv) (prompt_cache) */
     eng_gen_req **swept;          /* (queue_size) scratch for eng__worker_sweep */
 
     struct worker_metrics m;

@@ -343,6 +343,7 @@ int eng_worker_new(struct eng_device *dev, const eng_pack *pack, const eng_token
     snprintf(w->device_name, sizeof w->device_name, "%s", eng_device_get_name(dev));
     int max_batch = eng_device_max_batch(dev);
     w->prefill_chunk = o->prefill_chunk > 0 ? o->prefill_chunk : DEFAULT_PREFILL_CHUNK;
+    w->prompt_cache = o->prompt_cache;
     if (max_batch > 0 && w->prefill_chunk > max_batch)
         w->prefill_chunk = max_batch;
 
@@ -454,6 +455,7 @@ void eng_worker_get_stats(const eng_worker *cw, struct eng_worker_stats *out)
         .cancelled = LOAD(w->m.cancelled),
         .failed = LOAD(w->m.failed),
         .tokens_in = LOAD(w->m.tokens_in),
+        .tokens_cached = LOAD(w->m.tokens_cached),
         .tokens_out = LOAD(w->m.tokens_out),
         .device_resets = LOAD(w->m.device_resets),
         .k_halvings = LOAD(w->m.k_halvings),

@@ -128,7 +128,7 @@ struct eng_token_event {
 struct eng_gen_timings {
     double queue_ms;            /* accepted -> the worker started it */
     double prompt_ms;           /* start -> the prompt's logits (replays included) */
-    double prompt_tps;          /* prompt_tokens / prompt time */
+    double prompt_tps;          /* prompt tokens computed (not cached) / prompt time */
     double decode_ms;           /* the prompt's logits -> the end */
     double decode_tps;          /* completion_tokens / decode time */
     int runlists;               /* runlists submitted, replays included */
@@ -146,6 +146,7 @@ struct eng_done_event {
                                    usually ""; NUL-terminated */
     size_t text_len;
     int prompt_tokens;
+    int cached_tokens;          /* of those, reused from the KV cache (prompt_cache) */
     int completion_tokens;      /* tokens sampled, a final stop id included */
     struct eng_gen_timings timings;
 };
@@ -161,6 +162,7 @@ struct eng_error_event {
     struct eng_device_error device;
     char message[256];          /* one line for humans */
     int prompt_tokens;
+    int cached_tokens;          /* of those, reused from the KV cache */
     int completion_tokens;      /* tokens already emitted before the failure */
     struct eng_gen_timings timings;
 };
@@ -189,6 +191,10 @@ struct eng_worker_opts {
     int queue_size;             /* requests waiting (the running one not counted), >= 1 */
     int prefill_chunk;          /* prompt tokens per chunk; <= 0: 256. Clamped to the
                                    device's max batch */
+    bool prompt_cache;          /* start a prompt after the longest prefix it shares with
+                                   the tokens in the KV cache (the previous request's
+                                   prompt and output); its positions are not computed
+                                   again */
     int n_ctx;                  /* positions of the sequence; <= 0: the model's
                                    max_position_embeddings */
     enum eng_kmode kmode;       /* --runlist-layers auto (default) | all | N */
@@ -230,6 +236,7 @@ struct eng_worker_stats {
     uint64_t rejected;          /* -EBUSY */
     uint64_t finished_stop, finished_length, cancelled, failed;
     uint64_t tokens_in;         /* prompt tokens of requests that ran */
+    uint64_t tokens_cached;     /* of those, reused from the KV cache */
     uint64_t tokens_out;        /* tokens sampled */
     uint64_t runlists_by_state[ENG_ERT_LAST + 1]; /* [state]: runlists that ended so */
     uint64_t device_resets;

@@ -316,15 +316,16 @@ struct ev {
 };
 
 static void finish(struct chat *c, enum eng_finish fin, const struct eng_gen_timings *tm,
-                   int prompt_tokens, int completion_tokens)
+                   int prompt_tokens, int cached_tokens, int completion_tokens)
 {
     eng_outparse_finish(c->op, &c->deltas);
     flush_deltas(c);
     enum api_finish_reason fr = fin == ENG_FINISH_LENGTH ? API_FINISH_LENGTH
                                 : eng_outparse_saw_tool_call(c->op) ? API_FINISH_TOOL_CALLS
                                                                     : API_FINISH_STOP;
-    struct api_timings at = {0, prompt_tokens, tm->prompt_ms, completion_tokens, tm->decode_ms};
-    struct api_usage u = {prompt_tokens, completion_tokens, c->reasoning_tokens, 0};
+    struct api_timings at = {cached_tokens, prompt_tokens - cached_tokens, tm->prompt_ms,
+                             completion_tokens, tm->decode_ms};
+    struct api_usage u = {prompt_tokens, completion_tokens, c->reasoning_tokens, cached_tokens};
     if (fin == ENG_FINISH_CANCELLED) {
         if (c->stream) { /* the client left, or the server is stopping */
             char *b = api_error_body(API_ERR_SHUTTING_DOWN, "the request was cancelled", NULL);
@@ -439,7 +440,7 @@ static void on_event(void *data)
         if (ev->done.text_len)
             eng_outparse_feed(c->op, ev->text, ev->done.text_len, &c->deltas);
         finish(c, ev->done.finish, &ev->done.timings, ev->done.prompt_tokens,
-               ev->done.completion_tokens);
+               ev->done.cached_tokens, ev->done.completion_tokens);
         break;
     case ENG_EVENT_ERROR:
         c->final_seen = true;

@@ -116,6 +116,7 @@ static int start_engine(const struct cfg *cfg, eng_worker_emit_fn emit, void *em
     struct eng_worker_opts wo = {
         .queue_size = cfg->queue_size,
         .prefill_chunk = cfg->prefill_chunk,
+        .prompt_cache = cfg->prompt_cache,
         .n_ctx = n_ctx,
         .kmode = cfg->runlist_layers == CFG_RUNLIST_AUTO  ? ENG_KMODE_AUTO
                  : cfg->runlist_layers == CFG_RUNLIST_ALL ? ENG_KMODE_ALL

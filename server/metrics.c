@@ -179,10 +179,15 @@ static void render_worker(struct buf *b, const struct eng_worker_stats *w)
     bprintf(b, "# HELP minicpmd_tokens_prompt_total Prompt tokens of requests that ran.\n"
                "# TYPE minicpmd_tokens_prompt_total counter\n"
                "minicpmd_tokens_prompt_total %llu\n"
+               "# HELP minicpmd_tokens_prompt_cached_total Of those, reused from the KV cache "
+               "(--prompt-cache).\n"
+               "# TYPE minicpmd_tokens_prompt_cached_total counter\n"
+               "minicpmd_tokens_prompt_cached_total %llu\n"
                "# HELP minicpmd_tokens_generated_total Tokens sampled.\n"
                "# TYPE minicpmd_tokens_generated_total counter\n"
                "minicpmd_tokens_generated_total %llu\n",
-            (unsigned long long)w->tokens_in, (unsigned long long)w->tokens_out);
+            (unsigned long long)w->tokens_in, (unsigned long long)w->tokens_cached,
+            (unsigned long long)w->tokens_out);
     bprintf(b, "# HELP minicpmd_runlists_total Runlists submitted to the device, by final ERT "
                "state.\n"
                "# TYPE minicpmd_runlists_total counter\n");

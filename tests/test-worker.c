@@ -172,6 +172,7 @@ struct setup {
     int prefill_chunk;           /* 0: 4 */
     int n_ctx;                   /* 0: 128 */
     const char *state_dir;
+    bool prompt_cache;
 };
 
 static void on_log(void *ctx, enum eng_log_level level, const char *msg)
@@ -216,6 +217,7 @@ static struct fx *fx_new(const struct setup *s)
         .fixed_k = s->k,
         .max_retries = -1,
         .state_dir = s->state_dir,
+        .prompt_cache = s->prompt_cache,
         .model_id = "deep-7",
         .log = on_log,
         .log_ctx = f,
@@ -602,6 +604,117 @@ MCD_TEST(worker, non_adapting_state_mid_decode)
         cr_assert_eq(r->n_ids, 4);
     }
     rec_free(r);
+    fx_free(f);
+}
+
+/* ---- the prompt cache ------------------------------------------------------------------ */
+
+/* prompt + a's tokens + tail: the next turn of a conversation, as ids. */
+static int extend(int32_t *out, const struct rec *a, const int32_t *tail, int n_tail)
+{
+    int n = 0;
+    for (int i = 0; i < N_PROMPT; i++)
+        out[n++] = prompt[i];
+    for (int i = 0; i < a->n_ids; i++)
+        out[n++] = a->ids[i];
+    for (int i = 0; i < n_tail; i++)
+        out[n++] = tail[i];
+    return n;
+}
+
+/* The tokens a worker without the cache gives for `a` (a fresh one each time). */
+static struct rec *cold(const struct gen_args *a)
+{
+    struct fx *f = fx_new(&(struct setup){.device = "cpu", .kmode = ENG_KMODE_ALL});
+    struct rec *r = run(f, a);
+    assert_done(r, "cold run");
+    cr_assert_eq(r->done.cached_tokens, 0);
+    fx_free(f);
+    return r;
+}
+
+/* A conversation's next turn starts after what the KV cache already holds: the
+ * previous prompt and every generated token but the last (never fed); the same
+ * prompt again reuses all but its last position; a prompt that shares only a few
+ * tokens reuses those. Each answer is the cold worker's, token for token (the
+ * forward pass does not depend on where a prompt is cut). Prefill chunks of 4 put
+ * every cut mid-chunk. */
+MCD_TEST(worker, prompt_cache_reuses_prefix_and_matches_cold)
+{
+    static const int32_t tail[] = {77, 88, 123};
+    int32_t next[N_PROMPT + MAX_TOK + 3], other[N_PROMPT];
+    struct fx *f = fx_new(&(struct setup){.device = "cpu", .kmode = ENG_KMODE_ALL,
+                                          .prompt_cache = true});
+    struct rec *a = run(f, &(struct gen_args){.max_tokens = 9});
+    struct rec *a0 = cold(&(struct gen_args){.max_tokens = 9});
+    assert_done(a, "first turn");
+    assert_same_tokens(a0, a, "first turn");
+    cr_assert_eq(a->done.cached_tokens, 0, "nothing to reuse yet");
+    cr_assert_gt(a->n_ids, 1);
+
+    int n_next = extend(next, a, tail, 3);
+    struct gen_args an = {.max_tokens = 9, .prompt = next, .n_prompt = n_next};
+    struct rec *b = run(f, &an), *b0 = cold(&an);
+    assert_done(b, "next turn");
+    assert_same_tokens(b0, b, "next turn");
+    cr_assert_eq(b->done.cached_tokens, N_PROMPT + a->n_ids - 1, "cached %d",
+                 b->done.cached_tokens);
+    cr_assert_eq(b->done.prompt_tokens, n_next);
+
+    struct rec *c = run(f, &an);
+    assert_same_tokens(b0, c, "the same prompt again");
+    cr_assert_eq(c->done.cached_tokens, n_next - 1);
+
+    memcpy(other, prompt, sizeof other);
+    other[3] = 432;
+    struct gen_args ao = {.max_tokens = 9, .prompt = other, .n_prompt = N_PROMPT};
+    struct rec *d = run(f, &ao), *d0 = cold(&ao);
+    assert_same_tokens(d0, d, "a prompt sharing 3 tokens");
+    cr_assert_eq(d->done.cached_tokens, 3);
+
+    struct eng_worker_stats st;
+    eng_worker_get_stats(f->w, &st);
+    cr_assert_eq(st.tokens_cached, (uint64_t)(N_PROMPT + a->n_ids - 1 + n_next - 1 + 3));
+    rec_free(a), rec_free(a0), rec_free(b), rec_free(b0), rec_free(c), rec_free(d), rec_free(d0);
+    fx_free(f);
+}
+
+/* A device fault drops the KV cache: the replay runs the whole prompt from
+ * position 0 (chunks cut as without the cache) and still gives the cold answer;
+ * the request after it reuses what the replay rebuilt. */
+MCD_TEST(worker, prompt_cache_after_a_replay)
+{
+    static const int32_t tail[] = {61, 62};
+    int32_t next[N_PROMPT + MAX_TOK + 2];
+    struct fx *f = fx_new(&(struct setup){.device = "sim", .kmode = ENG_KMODE_AUTO,
+                                          .faults = "phase=decode,token=3,layer=30,state=TIMEOUT",
+                                          .prompt_cache = true});
+    struct rec *a = run(f, &(struct gen_args){.max_tokens = 2}); /* decode steps 0, 1 */
+    assert_done(a, "first turn");
+    int n_next = extend(next, a, tail, 2);
+    struct gen_args an = {.max_tokens = 9, .prompt = next, .n_prompt = n_next};
+    struct rec *b = run(f, &an), *b0 = cold(&an);
+    assert_done(b, "the turn with a fault");
+    if (b->n_ids > 4) /* the fault needs decode step 3 */
+        cr_assert_eq(b->done.timings.attempts, 2, "the fault fired and was replayed");
+    assert_same_tokens(b0, b, "after the replay");
+    cr_assert_eq(b->done.cached_tokens, N_PROMPT + a->n_ids - 1);
+    struct rec *c = run(f, &an);
+    assert_same_tokens(b0, c, "the same prompt after the replay");
+    cr_assert_eq(c->done.cached_tokens, n_next - 1);
+    rec_free(a), rec_free(b), rec_free(b0), rec_free(c);
+    fx_free(f);
+}
+
+/* Off (the worker default), nothing is reused. */
+MCD_TEST(worker, prompt_cache_off)
+{
+    struct fx *f = fx_new(&(struct setup){.device = "cpu", .kmode = ENG_KMODE_ALL});
+    struct rec *a = run(f, &(struct gen_args){.max_tokens = 4});
+    struct rec *b = run(f, &(struct gen_args){.max_tokens = 4});
+    assert_same_tokens(a, b, "the same prompt twice");
+    cr_assert_eq(b->done.cached_tokens, 0);
+    rec_free(a), rec_free(b);
     fx_free(f);
 }
 

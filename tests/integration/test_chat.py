@@ -108,6 +108,41 @@ def greedy_is_deterministic_and_stream_equals_nonstream():
 
 
 @test
+def prompt_cache_reuses_the_conversation():
+    """The next turn of a conversation reuses the KV cache of the shared prefix
+    (usage.prompt_tokens_details.cached_tokens, timings.cache_n, /metrics) and
+    answers exactly as a daemon with --prompt-cache=false does."""
+    turn1 = [{"role": "system", "content": "You are terse."},
+             {"role": "user", "content": "Name three colours."}]
+    outs = {}
+    for cache in ("true", "false"):
+        d = pack_daemon(["--prompt-cache=" + cache])
+        a = chat(d, max_tokens=6, temperature=0, messages=turn1).json()
+        eq(a["usage"]["prompt_tokens_details"]["cached_tokens"], 0, "first request, cache " + cache)
+        turn2 = turn1 + [{"role": "assistant", "content": a["choices"][0]["message"]["content"]},
+                         {"role": "user", "content": "And three animals?"}]
+        b = chat(d, max_tokens=6, temperature=0, messages=turn2).json()
+        c = chat(d, max_tokens=6, temperature=0, messages=turn2).json()
+        cached_b = b["usage"]["prompt_tokens_details"]["cached_tokens"]
+        cached_c = c["usage"]["prompt_tokens_details"]["cached_tokens"]
+        if cache == "true":
+            check(cached_b >= a["usage"]["prompt_tokens"] // 2,
+                  "the second turn reused %d of its %d prompt tokens (the first turn had %d)",
+                  cached_b, b["usage"]["prompt_tokens"], a["usage"]["prompt_tokens"])
+            eq(cached_c, c["usage"]["prompt_tokens"] - 1, "the same prompt again")
+            eq(c["timings"]["cache_n"], cached_c, "timings.cache_n")
+            eq(c["timings"]["prompt_n"], 1, "timings.prompt_n: the one position computed")
+            m = d.metrics()
+            contains(m, "minicpmd_tokens_prompt_cached_total %d" % (cached_b + cached_c),
+                     "/metrics")
+        else:
+            eq((cached_b, cached_c), (0, 0), "nothing reused with --prompt-cache=false")
+        outs[cache] = [x["choices"][0]["message"]["content"] for x in (a, b, c)]
+        stop_ok(d)
+    eq(outs["true"], outs["false"], "answers with and without the cache")
+
+
+@test
 def seed_is_deterministic():
     d = pack_daemon()
     outs = [chat(d, max_tokens=12, temperature=1.0, seed=s).json()["choices"][0]["message"]
