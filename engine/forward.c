@@ -28,7 +28,12 @@ struct eng_seq {
     eng_model *m;
     int n_ctx, len;
     int kvd;                /* n_kv_real * head_dim */
-    uint16_t *kc, *vc;      /* (n_layers, n_ctx, kvd) BF16 */
+    /* BF16. V row-major: (n_layers, n_ctx, kvd). K in blocks of ENG_ATTN_KBLOCK
+     * positions, each block dimension-major: (n_layers, n_kv, n_ctx / KBLOCK
+     * rounded up, head_dim, KBLOCK), so that attention reads the scores of 16
+     * positions as one vector (eng_attn_gqa). */
+    uint16_t *kc, *vc;
+    int kblocks;            /* K blocks per layer and head */
 
     /* the batch in flight: positions len .. len + n - 1 */
     int n;                  /* 0: none */
@@ -77,9 +82,11 @@ int eng_seq_new(eng_model *m, int n_ctx, eng_seq **out, char *err, size_t errlen
     s->kvd = m->info.n_kv_real * hp->head_dim;
     size_t kv = (size_t)hp->n_layers * (size_t)n_ctx * (size_t)s->kvd;
     int group = hp->n_heads / m->info.n_kv_real;
+    s->kblocks = (n_ctx + ENG_ATTN_KBLOCK - 1) / ENG_ATTN_KBLOCK;
+    size_t kk = (size_t)hp->n_layers * (size_t)s->kblocks * ENG_ATTN_KBLOCK * (size_t)s->kvd;
     /* calloc of a large block is fresh zero pages: the cache costs memory only as
-     * far as positions are actually used. */
-    s->kc = calloc(kv, sizeof *s->kc);
+     * far as positions are actually used (a K block of one head is one 4 KB page). */
+    s->kc = calloc(kk, sizeof *s->kc);
     s->vc = calloc(kv, sizeof *s->vc);
     s->scores = malloc((size_t)m->info.n_threads * (size_t)group * (size_t)n_ctx * sizeof(float));
     if (!s->kc || !s->vc || !s->scores) {
@@ -309,7 +316,8 @@ static void attn_one(eng_seq *s, int l, int t, int u, float *sc)
     int hd = hp->head_dim, group = hp->n_heads / s->m->info.n_kv_real;
     int pos = s->len + t, n_pos = pos + 1;
     const float scale = 1.0f / sqrtf((float)hd);
-    const uint16_t *K = s->kc + (size_t)l * s->n_ctx * s->kvd + (size_t)u * hd;
+    const uint16_t *K = s->kc + ((size_t)l * s->m->info.n_kv_real + (size_t)u) * s->kblocks *
+                                    ENG_ATTN_KBLOCK * (size_t)hd;
     const uint16_t *V = s->vc + (size_t)l * s->n_ctx * s->kvd + (size_t)u * hd;
     const float *q = s->q + (size_t)t * hp->n_heads * hd + (size_t)u * group * hd;
     float *o = s->att + (size_t)t * hp->n_heads * hd + (size_t)u * group * hd;
@@ -350,12 +358,17 @@ static void qkv_tok(eng_seq *s, int t, const void *arg)
             v[i + half] = x2 * c + x1 * sn;
         }
     }
-    int l = (int)(L - s->m->layers);
-    size_t at = ((size_t)l * s->n_ctx + (size_t)(s->len + t)) * s->kvd;
+    int l = (int)(L - s->m->layers), pos = s->len + t;
+    size_t at = ((size_t)l * s->n_ctx + (size_t)pos) * s->kvd;
     const float *vv = s->v + (size_t)t * s->kvd;
-    for (int i = 0; i < s->kvd; i++) {
-        s->kc[at + i] = eng_f32_to_bf16(k[i]);
+    for (int i = 0; i < s->kvd; i++)
         s->vc[at + i] = eng_f32_to_bf16(vv[i]);
+    for (int u = 0; u < nkv; u++) {
+        uint16_t *kb = s->kc + (((size_t)l * nkv + (size_t)u) * s->kblocks +
+                                (size_t)(pos / ENG_ATTN_KBLOCK)) * ENG_ATTN_KBLOCK * (size_t)hd +
+                       pos % ENG_ATTN_KBLOCK;
+        for (int d = 0; d < hd; d++)
+            kb[(size_t)d * ENG_ATTN_KBLOCK] = eng_f32_to_bf16(k[(size_t)u * hd + d]);
     }
 }
 

@@ -6,12 +6,10 @@
  * each K/V row is widened from BF16 once for all of them (the per-head kernels
  * this replaces widened every row nq times: as many convert uops as FMAs).
  *
- * Scores: 16 float accumulators are one block of NK keys x NH heads (NH*NK = 16,
- * NH = 8 for MiniCPM5's 16:2 GQA). Over the head dimension, 16 columns at a time,
- * each key's K columns are widened once and FMA'd into its NH accumulators; the
- * 16 accumulators then fold into one vector of 16 dot products (a transpose-add
- * tree, ~45 uops for 16 sums instead of 16 horizontal reductions), scattered to
- * sc[h*n + j].
+ * Scores: K is cached in blocks of 16 positions, dimension-major (kernels.h), so
+ * dimension d of 16 positions is one 32-byte load, widened once for all the
+ * heads, and each head's accumulator is the scores of 16 positions: no
+ * horizontal sums at all, q_h[d] broadcast from memory into the FMA.
  *
  * Softmax: max-subtracted, exp by a degree-6 polynomial on the range-reduced
  * argument and vscalefps (which also rounds underflow to 0 and overflow to inf
@@ -57,71 +55,35 @@ static inline __m512 exp16(__m512 x)
     return _mm512_scalef_ps(p, n);
 }
 
-/* r[i] summed over its lanes, into lane i of the result. */
-static inline __m512 fold16(const __m512 a[16])
-{
-    __m512 t[8], u[4], w[2];
-    for (int p = 0; p < 8; p++)
-        t[p] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * p], a[2 * p + 1]),
-                             _mm512_unpackhi_ps(a[2 * p], a[2 * p + 1]));
-    /* t[p], per 128-bit block: partial sums of a[2p], a[2p+1], a[2p], a[2p+1] */
-    for (int p = 0; p < 4; p++)
-        u[p] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * p], t[2 * p + 1], 0x44),
-                             _mm512_shuffle_ps(t[2 * p], t[2 * p + 1], 0xEE));
-    /* u[p], block b: a[4p..4p+3]'s partial sums over block b */
-    for (int p = 0; p < 2; p++)
-        w[p] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * p], u[2 * p + 1], 0x88),
-                             _mm512_shuffle_f32x4(u[2 * p], u[2 * p + 1], 0xDD));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], 0x88),
-                         _mm512_shuffle_f32x4(w[0], w[1], 0xDD));
-}
-
-/* Scores of NH heads (q, hd apart) x keys j0 .. j0 + NK - 1, NH*NK = 16. */
+/* Scores of up to 8 heads over all n positions; qt is their q transposed, q_h[d]
+ * at qt[8d + h] (one base pointer for all 8 broadcasts: with 8 head pointers GCC
+ * runs out of registers and reloads them from the stack for every FMA). K is
+ * blocked (16 positions, dimension-major: kernels.h), so one 32-byte load widened
+ * is dimension d of 16 positions, and a head's 16 scores are one accumulator:
+ * acc_h += q_h[d] x K[d][16 positions]. Per block and dimension: 2 uops to widen,
+ * NH FMAs. A partial last block computes the
+ * positions past n too (what the cache holds there: zeros or an older
+ * sequence's K, finite) and stores only the first n - j0. */
 static inline __attribute__((always_inline)) void
-scores_block(const float *q, int hd, const uint16_t *k, size_t ld, int j0, int n, float scale,
-             float *sc, const int NH, const int NK)
+scores_heads(const float *qt, int hd, const uint16_t *k, int n, float scale, float *sc, int nh)
 {
-    __m512 acc[16];
-    for (int i = 0; i < 16; i++)
-        acc[i] = _mm512_setzero_ps();
-    for (int d = 0; d < hd; d += 16) {
-#pragma GCC unroll 16
-        for (int j = 0; j < NK; j++) {
-            __m512 kv = bf16x16(k + (size_t)(j0 + j) * ld + d);
-#pragma GCC unroll 16
-            for (int h = 0; h < NH; h++)
-                acc[j * NH + h] =
-                    _mm512_fmadd_ps(_mm512_loadu_ps(q + (size_t)h * hd + d), kv, acc[j * NH + h]);
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int j0 = 0; j0 < n; j0 += ENG_ATTN_KBLOCK) {
+        const uint16_t *kb = k + (size_t)(j0 / ENG_ATTN_KBLOCK) * hd * ENG_ATTN_KBLOCK;
+        __m512 acc[8];
+        for (int h = 0; h < 8; h++)
+            acc[h] = _mm512_setzero_ps();
+        for (int d = 0; d < hd; d++) {
+            __m512 kv = bf16x16(kb + (size_t)d * ENG_ATTN_KBLOCK);
+#pragma GCC unroll 8
+            for (int h = 0; h < 8; h++)
+                if (h < nh)
+                    acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(qt[(size_t)d * 8 + h]), kv, acc[h]);
         }
+        __mmask16 m = n - j0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j0)) - 1);
+        for (int h = 0; h < nh; h++)
+            _mm512_mask_storeu_ps(sc + (size_t)h * n + j0, m, _mm512_mul_ps(acc[h], vs));
     }
-    /* lane i = key j0 + i / NH, head i % NH -> sc[(i % NH) * n + j0 + i / NH] */
-    __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    __m512i hh = _mm512_and_si512(lane, _mm512_set1_epi32(NH - 1));
-    __m512i jj = _mm512_srli_epi32(lane, __builtin_ctz(NH));
-    __m512i idx = _mm512_add_epi32(_mm512_mullo_epi32(hh, _mm512_set1_epi32(n)), jj);
-    _mm512_i32scatter_ps(sc + j0, idx, _mm512_mul_ps(fold16(acc), _mm512_set1_ps(scale)), 4);
-}
-
-/* One score, for the keys past the last whole block. */
-static inline float score_one(const float *q, const uint16_t *kr, int hd)
-{
-    __m512 acc = _mm512_setzero_ps();
-    for (int d = 0; d < hd; d += 16)
-        acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), bf16x16(kr + d), acc);
-    return _mm512_reduce_add_ps(acc);
-}
-
-static inline __attribute__((always_inline)) void
-scores_heads(const float *q, int hd, const uint16_t *k, size_t ld, int n, float scale, float *sc,
-             const int NH)
-{
-    const int NK = 16 / NH;
-    int j = 0;
-    for (; j + NK <= n; j += NK)
-        scores_block(q, hd, k, ld, j, n, scale, sc, NH, NK);
-    for (; j < n; j++)
-        for (int h = 0; h < NH; h++)
-            sc[(size_t)h * n + j] = score_one(q + (size_t)h * hd, k + (size_t)j * ld, hd) * scale;
 }
 
 /* p = exp(s - max s) in place; returns 1 / sum p. */
@@ -186,27 +148,32 @@ accum_heads(float *o, const float *p, const uint16_t *v, size_t ld, int n, int h
 void eng__attn_gqa_avx512(const float *q, int nq, const uint16_t *k, const uint16_t *v, size_t ld,
                           int n, int hd, float scale, float *sc, float *o)
 {
-    float inv[16];
-    /* heads in blocks of 8, 4, 2, 1 */
-    for (int h0 = 0; h0 < nq;) {
-        int nh = nq - h0 >= 8 ? 8 : nq - h0 >= 4 ? 4 : nq - h0 >= 2 ? 2 : 1;
-        const float *qh = q + (size_t)h0 * hd;
+    float inv[8];
+    _Alignas(64) float qt[ENG_ATTN_MAX_HD * 8];
+    for (int h0 = 0; h0 < nq; h0 += 8) {
+        int nh = nq - h0 < 8 ? nq - h0 : 8;
         float *sh = sc + (size_t)h0 * n, *oh = o + (size_t)h0 * hd;
-        switch (nh) {
-        case 8: scores_heads(qh, hd, k, ld, n, scale, sh, 8); break;
-        case 4: scores_heads(qh, hd, k, ld, n, scale, sh, 4); break;
-        case 2: scores_heads(qh, hd, k, ld, n, scale, sh, 2); break;
-        default: scores_heads(qh, hd, k, ld, n, scale, sh, 1); break;
-        }
+        for (int h = 0; h < nh; h++)
+            for (int d = 0; d < hd; d++)
+                qt[d * 8 + h] = q[(size_t)(h0 + h) * hd + d];
+        if (nh == 8) /* MiniCPM5's group: the compiler keeps all 8 FMAs unmasked */
+            scores_heads(qt, hd, k, n, scale, sh, 8);
+        else
+            scores_heads(qt, hd, k, n, scale, sh, nh);
         for (int h = 0; h < nh; h++)
             inv[h] = softmax_unnormalized(sh + (size_t)h * n, n);
-        switch (nh) {
-        case 8: accum_heads(oh, sh, v, ld, n, hd, inv, 8); break;
-        case 4: accum_heads(oh, sh, v, ld, n, hd, inv, 4); break;
-        case 2: accum_heads(oh, sh, v, ld, n, hd, inv, 2); break;
-        default: accum_heads(oh, sh, v, ld, n, hd, inv, 1); break;
+        /* the output, heads in blocks of 8, 4, 2, 1 */
+        for (int a = 0; a < nh;) {
+            int b = nh - a >= 8 ? 8 : nh - a >= 4 ? 4 : nh - a >= 2 ? 2 : 1;
+            float *sa = sh + (size_t)a * n, *oa = oh + (size_t)a * hd;
+            switch (b) {
+            case 8: accum_heads(oa, sa, v, ld, n, hd, inv + a, 8); break;
+            case 4: accum_heads(oa, sa, v, ld, n, hd, inv + a, 4); break;
+            case 2: accum_heads(oa, sa, v, ld, n, hd, inv + a, 2); break;
+            default: accum_heads(oa, sa, v, ld, n, hd, inv + a, 1); break;
+            }
+            a += b;
         }
-        h0 += nh;
     }
 }
 

@@ -200,15 +200,16 @@ void eng__silu_mul_scalar(float *g, const float *u, int n)
 
 /* ---- attention ---------------------------------------------------------------- */
 
-static void attn_scores(const float *q, const uint16_t *k, size_t ld, int n, int hd, float scale,
-                        float *s)
+/* K blocked as eng_attn_gqa() says; 16 partial sums over d in a fixed order. */
+static void attn_scores(const float *q, const uint16_t *k, int n, int hd, float scale, float *s)
 {
     for (int j = 0; j < n; j++) {
-        const uint16_t *kr = k + (size_t)j * ld;
+        const uint16_t *kb = k + (size_t)(j / ENG_ATTN_KBLOCK) * hd * ENG_ATTN_KBLOCK +
+                             j % ENG_ATTN_KBLOCK;
         float acc[16] = {0};
         for (int d = 0; d < hd; d += 16)
             for (int i = 0; i < 16; i++)
-                acc[i] += q[d + i] * eng_bf16_to_f32(kr[d + i]);
+                acc[i] += q[d + i] * eng_bf16_to_f32(kb[(size_t)(d + i) * ENG_ATTN_KBLOCK]);
         float t = 0.0f;
         for (int i = 0; i < 16; i++)
             t += acc[i];
@@ -231,7 +232,7 @@ void eng__attn_gqa_scalar(const float *q, int nq, const uint16_t *k, const uint1
 {
     for (int h = 0; h < nq; h++) {
         float *s = sc + (size_t)h * n, *oh = o + (size_t)h * hd;
-        attn_scores(q + (size_t)h * hd, k, ld, n, hd, scale, s);
+        attn_scores(q + (size_t)h * hd, k, n, hd, scale, s);
         eng_softmax(s, n);
         memset(oh, 0, (size_t)hd * sizeof *oh);
         attn_accum(oh, s, v, ld, n, hd);

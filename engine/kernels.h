@@ -116,12 +116,17 @@ void eng_matmul_q4_1_q8_rows(const uint8_t *chunks, int in, int row_begin, int r
 /* Attention of nq query heads that share one KV head (GQA), over positions
  * 0 .. n-1 (the caller's causal window): for each head h (q + h*hd),
  *   o[h] = sum_j softmax_j(scale * q_h . K_j) V_j,
- * K/V row j at k/v + j*ld (BF16), hd a multiple of 16. sc is nq*n floats of
- * scratch (on return, head h's normalized or unnormalized weights at sc + h*n);
- * o is nq*hd floats, overwritten. The AVX-512 path differs from the scalar one by
- * summation order and a polynomial exp only. */
-void eng_attn_gqa(const float *q, int nq, const uint16_t *k, const uint16_t *v, size_t ld, int n,
-                  int hd, float scale, float *sc, float *o);
+ * all BF16: V row j at v + j*ldv; K in blocks of ENG_ATTN_KBLOCK positions, each
+ * dimension-major: K_j[d] at k[(j / KBLOCK) * hd * KBLOCK + d * KBLOCK + j % KBLOCK]
+ * (the positions of a block past n are read but not used). hd a multiple of 16,
+ * at most ENG_ATTN_MAX_HD.
+ * sc is nq*n floats of scratch (on return, head h's normalized or unnormalized
+ * weights at sc + h*n); o is nq*hd floats, overwritten. The AVX-512 path differs
+ * from the scalar one by summation order and a polynomial exp only. */
+#define ENG_ATTN_KBLOCK 16
+#define ENG_ATTN_MAX_HD 512
+void eng_attn_gqa(const float *q, int nq, const uint16_t *k, const uint16_t *v, size_t ldv,
+                  int n, int hd, float scale, float *sc, float *o);
 
 /* ---- per-token kernels ----------------------------------------------------- */
 
