@@ -529,7 +529,10 @@ json_t *api_device_error_json(const struct api_device_error *e)
         appendf(msg, sizeof msg, &at, " after %lld ms", (long long)e->elapsed_ms);
     if (e->attempts >= 0)
         appendf(msg, sizeof msg, &at, "; %d attempt%s", e->attempts, e->attempts == 1 ? "" : "s");
-    appendf(msg, sizeof msg, &at, ". The request was not completed; it may be retried.");
+    appendf(msg, sizeof msg, &at, e->unrecovered
+                                      ? ". The request was not completed and the device "
+                                        "could not be reset."
+                                      : ". The request was not completed; it may be retried.");
 
     json_t *err = json_pack("{s:o, s:s, s:n, s:s}", "message", text(msg), "type",
                             api_error_type(API_ERR_DEVICE_FAULT), "param", "code", code);

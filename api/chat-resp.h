@@ -200,6 +200,8 @@ struct api_device_error {
     int64_t elapsed_ms;         /* of the failed submission */
     const char *device;         /* e.g. "xrt" */
     int attempts;               /* submissions tried, retries included */
+    bool unrecovered;           /* the device could not be reset (HTTP 500): the
+                                 * message says so instead of "it may be retried" */
 };
 
 /* {"error":{"message", "type":"device_error", "param":null, "code":"<ert_name in

@@ -396,6 +396,7 @@ static void fail(struct chat *c, const struct eng_error_event *e)
             .chunk_count = d->chunk_count, .layer_first = d->layer_begin,
             .layer_last = d->layer_end - 1, .token_pos = d->token_pos,
             .elapsed_ms = (int64_t)d->elapsed_ms, .device = d->device, .attempts = d->attempts,
+            .unrecovered = !e->retryable,
         };
         body = api_device_error_body(&ad);
         status = e->retryable ? 503 : 500;

@@ -1337,6 +1337,16 @@ MCD_TEST(chat_errors, device_error)
     cr_assert_str_eq(sget(err, "message"), "The compute device failed; 1 attempt. The request "
                                            "was not completed; it may be retried.");
     json_decref(e);
+
+    /* A device that could not be reset: the message does not invite a retry. */
+    few.unrecovered = true;
+    body = api_device_error_body(&few);
+    e = parse_event(api_sse_frame(body));
+    free(body);
+    cr_assert_str_eq(sget(json_object_get(e, "error"), "message"),
+                     "The compute device failed; 1 attempt. The request was not completed and "
+                     "the device could not be reset.");
+    json_decref(e);
 }
 
 /* The worker's struct maps onto it as documented; the code is eng_ert_code(). */

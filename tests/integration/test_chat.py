@@ -392,6 +392,8 @@ def assert_device_down_500(r, code, when):
           when, r)
     err = assert_error_object(r, type_="device_error", code=code, param=None)
     eq(err["device"], "sim", "device " + when)
+    check(err["message"].endswith("the device could not be reset."),
+          "the message says the device is down (%s): %r", when, err["message"])
     return err
 
 
