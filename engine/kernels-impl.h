@@ -53,7 +53,10 @@ void eng__attn_gqa_scalar(const float *q, int nq, const uint16_t *k, const uint1
                           int n, int hd, float scale, float *sc, float *o);
 void eng__attn_gqa_avx512(const float *q, int nq, const uint16_t *k, const uint16_t *v, size_t ld,
                           int n, int hd, float scale, float *sc, float *o);
+void eng__attn_gqa_avx2(const float *q, int nq, const uint16_t *k, const uint16_t *v, size_t ld,
+                        int n, int hd, float scale, float *sc, float *o);
 void eng__silu_mul_scalar(float *g, const float *u, int n);
+void eng__silu_mul_avx2(float *g, const float *u, int n);
 void eng__silu_mul_avx512(float *g, const float *u, int n);
 
 void eng__matvec_q4_1_scalar(const uint8_t *chunks, int in, int row_begin, int row_end,

@@ -35,8 +35,8 @@ static const struct kern_table table_avx2 = {
     .q4_1_q8 = matvec_q4_1_q8_avx2,
     .q4_1_q8_mm = eng__matmul_q4_1_q8_avx2,
     .q8x_batch = eng__q8x_quantize_batch_scalar,
-    .attn = eng__attn_gqa_scalar,
-    .silu = eng__silu_mul_scalar,
+    .attn = eng__attn_gqa_avx2,
+    .silu = eng__silu_mul_avx2,
 };
 static const struct kern_table table_avx512 = {
     .q4_1 = eng__matvec_q4_1_avx512,

@@ -2,7 +2,7 @@
  * that is to what the machine allows.
  *
  *   minicpmd-bench PACKDIR [--threads N] [--prompt N] [--gen N] [--reps N]
- *                          [--act q8|f32] [--json]
+ *                          [--act q8|f32] [--isa scalar|avx2|avx512] [--json]
  *
  * Prefill: one eng_seq_forward() of an N-token prompt (random ids, fixed seed).
  * Decode: greedy argmax after that prompt, one token per eng_seq_forward().
@@ -13,9 +13,12 @@
  * ceiling is read bandwidth / weight bytes per token; prefill is matmul-bound,
  * so its ceiling is the int8 MAC peak (f32 activations: the FMA peak, one MAC
  * per FMA lane) / MACs per token. The ratios say how much is left on the table.
+ * --isa limits the kernels and the roofs alike to a lesser ISA (what a CPU
+ * without AVX-512 would run, measured here).
  *
  * Exit status: 0, or 1 with one line on stderr. */
 #include "engine/engine.h"
+#include "engine/kernels.h"
 #include "engine/model.h"
 #include "tools/bench/roof.h"
 
@@ -37,6 +40,7 @@ struct bench_opts {
     const char *dir;
     int threads, prompt, gen, reps, json;
     enum eng_act act;
+    int isa;                    /* -1: the best this CPU has, else an enum eng_isa */
 };
 
 struct bench_result {
@@ -75,7 +79,8 @@ static int32_t argmax(const float *v, int n)
 static void usage(FILE *f)
 {
     fprintf(f, "Usage: minicpmd-bench PACKDIR [--threads N] [--prompt N (512)] [--gen N (64)]\n"
-               "                      [--reps N (3)] [--act q8|f32] [--json]\n"
+               "                      [--reps N (3)] [--act q8|f32] [--isa scalar|avx2|avx512]\n"
+               "                      [--json]\n"
                "Prefill and decode tokens/s of the CPU forward pass, medians over --reps,\n"
                "against the machine's read-bandwidth and int8/f32 compute roofs.\n"
                "--threads 0 (the default) uses every online CPU.\n");
@@ -100,9 +105,10 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         {"threads", required_argument, NULL, 't'}, {"prompt", required_argument, NULL, 'p'},
         {"gen", required_argument, NULL, 'g'},     {"reps", required_argument, NULL, 'r'},
         {"act", required_argument, NULL, 'a'},     {"json", no_argument, NULL, 'j'},
+        {"isa", required_argument, NULL, 'i'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
-    *o = (struct bench_opts){ .prompt = 512, .gen = 64, .reps = 3, .act = ENG_ACT_Q8 };
+    *o = (struct bench_opts){ .prompt = 512, .gen = 64, .reps = 3, .act = ENG_ACT_Q8, .isa = -1 };
     int c, rc = 0;
     while (rc == 0 && (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
@@ -125,6 +131,23 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
                 o->act = ENG_ACT_F32;
             } else {
                 fprintf(stderr, "minicpmd-bench: --act wants q8 or f32, not '%s'\n", optarg);
+                rc = -1;
+            }
+            break;
+        case 'i':
+            o->isa = !strcmp(optarg, "scalar") ? ENG_ISA_SCALAR
+                     : !strcmp(optarg, "avx2")  ? ENG_ISA_AVX2
+                     : !strcmp(optarg, "avx512") ? ENG_ISA_AVX512
+                                                 : -1;
+            if (o->isa < 0) {
+                fprintf(stderr, "minicpmd-bench: --isa wants scalar, avx2 or avx512, not '%s'\n",
+                        optarg);
+                rc = -1;
+            } else if (eng_kernels_set_isa((enum eng_isa)o->isa) != 0 ||
+                       roof_set_isa(o->isa == ENG_ISA_SCALAR ? ROOF_ISA_SCALAR
+                                    : o->isa == ENG_ISA_AVX2 ? ROOF_ISA_AVX2
+                                                             : ROOF_ISA_AVX512) != 0) {
+                fprintf(stderr, "minicpmd-bench: this CPU lacks %s\n", optarg);
                 rc = -1;
             }
             break;
