@@ -37,7 +37,8 @@ static inline __m512 bf16x16(const uint16_t *p)
 
 /* e^x, lane by lane: x = n ln2 + r, |r| <= ln2/2, e^r by the Cephes expf
  * polynomial (~1 ulp), times 2^n by vscalefps. x is clamped to [-104, 89]: below,
- * e^x rounds to 0 in float anyway, above it is inf; NaN stays NaN. */
+ * e^x rounds to 0 in float anyway, above it is inf (a NaN x is clamped too, to 89:
+ * only NaN weights make NaN scores). */
 static inline __m512 exp16(__m512 x)
 {
     x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(89.0f)), _mm512_set1_ps(-104.0f));
