@@ -416,7 +416,6 @@ void eng__worker_run(struct eng_worker *w, eng_gen_req *r)
         eng__worker_done_cancelled(w, r, g.tm.queue_ms);
         return;
     }
-    atomic_fetch_add_explicit(&w->m.tokens_in, (uint_fast64_t)r->n_prompt, memory_order_relaxed);
     if ((rc = check_request(&g, msg, sizeof msg))) {
         emit_error(&g, rc, false, false, "%s", msg);
         return;
@@ -447,6 +446,8 @@ void eng__worker_run(struct eng_worker *w, eng_gen_req *r)
     eng_device_seq_truncate(w->dev, w->seq, g.n_cached);
     g.n_fed = g.n_cached;
     w->n_kv = g.n_cached;
+    /* counted once the request reaches the device (not when refused above) */
+    atomic_fetch_add_explicit(&w->m.tokens_in, (uint_fast64_t)r->n_prompt, memory_order_relaxed);
     atomic_fetch_add_explicit(&w->m.tokens_cached, (uint_fast64_t)g.n_cached,
                               memory_order_relaxed);
 

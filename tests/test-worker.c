@@ -810,6 +810,7 @@ MCD_TEST(worker, device_still_down_refuses_next_request)
     eng_worker_get_stats(f->w, &st);
     cr_assert_eq(st.failed, 2);
     cr_assert_eq(st.device_resets, 0);
+    cr_assert_eq(st.tokens_in, (uint64_t)N_PROMPT, "the refused prompt is not counted");
 
     /* The third reset works: serving again. */
     struct rec *r3 = run(f, &(struct gen_args){.max_tokens = 3});
