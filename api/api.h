@@ -66,6 +66,8 @@ struct api_health {
     const char *model;          /* model id or NULL */
     const char *device;         /* serving device name or NULL */
     const char *detail;         /* e.g. the load error, or NULL */
+    bool device_down;           /* "device_state":"down": the last device reset failed
+                                 * (still 200: each request tries a reset first) */
 };
 
 int api_health_status(enum api_health_state s);

@@ -40,6 +40,8 @@ char *api_health_body(const struct api_health *h)
     set_opt_string(o, "model", h->model);
     set_opt_string(o, "device", h->device);
     set_opt_string(o, "detail", h->detail);
+    if (h->device_down)
+        json_object_set_new(o, "device_state", json_string("down"));
     return dump(o);
 }
 

@@ -218,8 +218,10 @@ static bool on_fault(struct gen *g)
     if (rc == 0) {
         atomic_fetch_add_explicit(&w->m.device_resets, 1, memory_order_relaxed);
         w->device_broken = false;
+        atomic_store_explicit(&w->m.device_down, false, memory_order_relaxed);
     } else {
         w->device_broken = true;
+        atomic_store_explicit(&w->m.device_down, true, memory_order_relaxed);
         w->broken_by = g->derr;
         eng__worker_log(w, ENG_LOG_ERROR, "device %s: reset failed: %s", w->device_name, err);
     }
@@ -439,6 +441,7 @@ void eng__worker_run(struct eng_worker *w, eng_gen_req *r)
         }
         atomic_fetch_add_explicit(&w->m.device_resets, 1, memory_order_relaxed);
         w->device_broken = false;
+        atomic_store_explicit(&w->m.device_down, false, memory_order_relaxed);
     }
     eng_sampler_accept_prompt(g.sampler, r->prompt, r->n_prompt);
     g.n_cached = reusable_prefix(w, r);

@@ -456,6 +456,7 @@ void eng_worker_get_stats(const eng_worker *cw, struct eng_worker_stats *out)
         .failed = LOAD(w->m.failed),
         .tokens_in = LOAD(w->m.tokens_in),
         .tokens_cached = LOAD(w->m.tokens_cached),
+        .device_down = atomic_load_explicit(&w->m.device_down, memory_order_relaxed),
         .tokens_out = LOAD(w->m.tokens_out),
         .device_resets = LOAD(w->m.device_resets),
         .k_halvings = LOAD(w->m.k_halvings),

@@ -241,6 +241,8 @@ struct eng_worker_stats {
     uint64_t runlists_by_state[ENG_ERT_LAST + 1]; /* [state]: runlists that ended so */
     uint64_t device_resets;
     uint64_t k_halvings;
+    bool device_down;           /* the last device reset failed: requests are refused
+                                   until one works (each request tries it first) */
 };
 
 void eng_worker_get_stats(const eng_worker *w, struct eng_worker_stats *out);

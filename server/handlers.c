@@ -65,6 +65,13 @@ static int h_health(srv_request *req, struct srv_response *resp)
                                                         "--model in the README"
                                                       : NULL,
     };
+    if (app->worker && h.state == API_HEALTH_OK) {
+        struct eng_worker_stats ws;
+        eng_worker_get_stats(app->worker, &ws);
+        if ((h.device_down = ws.device_down))
+            h.detail = "the last device reset failed: each request tries a reset first and "
+                       "is refused with a 500 device_error while it fails";
+    }
     resp->status = api_health_status(h.state);
     resp->body = api_health_body(&h);
     if (h.state == API_HEALTH_LOADING)

@@ -194,6 +194,10 @@ static void render_worker(struct buf *b, const struct eng_worker_stats *w)
     for (int s = 1; s <= ENG_ERT_LAST; s++)
         bprintf(b, "minicpmd_runlists_total{state=\"%s\"} %llu\n", eng_ert_name(s),
                 (unsigned long long)w->runlists_by_state[s]);
+    bprintf(b, "# HELP minicpmd_device_down 1 while the last device reset failed.\n"
+               "# TYPE minicpmd_device_down gauge\n"
+               "minicpmd_device_down %d\n",
+            w->device_down ? 1 : 0);
     bprintf(b, "# HELP minicpmd_device_resets_total Device resets after a failed runlist.\n"
                "# TYPE minicpmd_device_resets_total counter\n"
                "minicpmd_device_resets_total %llu\n"

@@ -378,10 +378,15 @@ FAILED = 'minicpmd_generation_requests_total{outcome="failed"}'
 RESETS = "minicpmd_device_resets_total"
 
 
-def assert_health_ok(d, when):
+def assert_health_ok(d, when, device_down=False):
+    """200 ok; while the last reset failed, also "device_state": "down" (and the
+    minicpmd_device_down gauge)."""
     h = d.get("/health")
     eq(h.status, 200, "/health status " + when)
-    eq(h.json()["status"], "ok", "/health status field " + when)
+    j = h.json()
+    eq(j["status"], "ok", "/health status field " + when)
+    eq(j.get("device_state"), "down" if device_down else None, "/health device_state " + when)
+    eq(metric(d, "minicpmd_device_down"), 1 if device_down else 0, "device_down gauge " + when)
 
 
 def assert_device_down_500(r, code, when):
@@ -409,7 +414,7 @@ def sim_failed_reset_gives_500_and_daemon_keeps_serving():
     eq(err["ert_state"], 8, "ert_state")
     eq(err["phase"], "prefill", "phase")
     eq(err["attempts"], 1, "auto does not replay on a device that is down")
-    assert_health_ok(d, "after a failed reset")
+    assert_health_ok(d, "after a failed reset", device_down=True)
     eq(metric(d, RESETS), 0, "resets after the failed one")
     eq(metric(d, FAILED), 1, "failed requests")
 
@@ -431,7 +436,7 @@ def sim_failed_reset_gives_500_and_daemon_keeps_serving():
     eq(e["error"]["code"], "ert_cmd_state_timeout", "stream error code")
     eq(e["error"]["param"], None, "stream error param")
     eq(ev[0]["choices"][0]["delta"], {"role": "assistant", "content": ""}, "first delta")
-    assert_health_ok(d, "after a failed reset in a stream")
+    assert_health_ok(d, "after a failed reset in a stream", device_down=True)
     eq(metric(d, RESETS), 1, "resets")
     eq(metric(d, FAILED), 2, "failed requests")
 
@@ -456,7 +461,7 @@ def sim_device_still_down_refuses_with_500():
                      "--fault", "phase=prefill,state=ERROR,reset=3"])
     r = chat(d, max_tokens=4, temperature=0)
     assert_device_down_500(r, "ert_cmd_state_error", "after a failed reset")
-    assert_health_ok(d, "after a failed reset")
+    assert_health_ok(d, "after a failed reset", device_down=True)
     r = chat(d, max_tokens=4, temperature=0)
     err = assert_device_down_500(r, "ert_cmd_state_error", "while the device is still down")
     eq(err["ert_state"], 5, "ert_state: ERROR, the failure that left the device down")
@@ -471,9 +476,10 @@ def sim_device_still_down_refuses_with_500():
     eq(errors[0]["error"]["code"], "ert_cmd_state_error", "stream error code")
     eq(metric(d, RESETS), 0, "no reset worked yet")
     eq(metric(d, FAILED), 3, "failed requests")
-    assert_health_ok(d, "while the device is down")
+    assert_health_ok(d, "while the device is down", device_down=True)
     r = chat(d, max_tokens=4, temperature=0)
     eq(r.status, 200, "the device came back")
+    assert_health_ok(d, "after the device came back")
     eq(metric(d, RESETS), 1, "resets")
     eq(metric(d, FAILED), 3, "failed requests")
     stop_ok(d)
