@@ -25,7 +25,12 @@ struct cpu_dev {
     struct eng_model_opts mopts;
     eng_model *model;
     char desc[128];
+    eng_device_seq *last;        /* the sequence that ran last (see cpu_run_runlist) */
 };
+
+/* Sequences at once: the worker's prompt-cache slots. Each costs the KV pages its
+ * positions touched; the batch buffers only while it runs. */
+#define CPU_MAX_SEQS 4
 
 struct eng_device_seq {
     eng_seq *seq;
@@ -86,9 +91,17 @@ static int cpu_seq_begin(void *ctx, int n_ctx, eng_device_seq **out, char *err, 
     return 0;
 }
 
-static void cpu_seq_end(void *ctx, eng_device_seq *s)
+static int cpu_max_seqs(void *ctx)
 {
     (void)ctx;
+    return CPU_MAX_SEQS;
+}
+
+static void cpu_seq_end(void *ctx, eng_device_seq *s)
+{
+    struct cpu_dev *c = ctx;
+    if (c->last == s)
+        c->last = NULL;
     eng_seq_free(s->seq);
     free(s);
 }
@@ -110,7 +123,12 @@ static void fail(struct eng_run_result *out, eng_device_seq *s, int cmd, int lay
 static void cpu_run_runlist(void *ctx, eng_device_seq *s, const struct eng_runlist *rl,
                             const struct eng_batch *b, struct eng_run_result *out)
 {
-    (void)ctx;
+    struct cpu_dev *c = ctx;
+    /* Another sequence's turn: the one that ran last is idle now (one worker runs
+     * one sequence at a time), so only this one keeps batch buffers. */
+    if (c->last && c->last != s)
+        eng_seq_trim(c->last->seq);
+    c->last = s;
     const struct eng_cmd *cmds = rl->cmds;
     for (int i = 0; i < rl->n_cmds;) {
         switch (cmds[i].kind) {
@@ -164,6 +182,7 @@ static const struct eng_device_i cpu_iface = {
     .get_description = cpu_get_description,
     .default_k = cpu_default_k,
     .max_batch = cpu_max_batch,
+    .max_seqs = cpu_max_seqs,
     .load_model = cpu_load_model,
     .seq_begin = cpu_seq_begin,
     .seq_end = cpu_seq_end,

@@ -83,6 +83,12 @@ static int sim_default_k(void *ctx)
     return ENG_PLAN_ALL;
 }
 
+static int sim_max_seqs(void *ctx)
+{
+    struct sim_dev *s = ctx;
+    return eng_device_max_seqs(s->cpu);
+}
+
 static int sim_max_batch(void *ctx)
 {
     struct sim_dev *s = ctx;
@@ -281,6 +287,7 @@ static const struct eng_device_i sim_iface = {
     .get_description = sim_get_description,
     .default_k = sim_default_k,
     .max_batch = sim_max_batch,
+    .max_seqs = sim_max_seqs,
     .load_model = sim_load_model,
     .seq_begin = sim_seq_begin,
     .seq_end = sim_seq_end,

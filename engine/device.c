@@ -117,6 +117,13 @@ int eng_device_load_model(struct eng_device *d, const eng_pack *pack, char *err,
     return d->iface->load_model(d->context, pack, err, errlen);
 }
 
+int eng_device_max_seqs(const struct eng_device *d)
+{
+    assert(d);
+    int n = d->iface->max_seqs ? d->iface->max_seqs(d->context) : 1;
+    return n > 1 ? n : 1;
+}
+
 int eng_device_seq_begin(struct eng_device *d, int n_ctx, eng_device_seq **out, char *err,
                          size_t errlen)
 {

@@ -103,6 +103,9 @@ struct eng_device_i {
     int (*default_k)(void *ctx);
     /* Positions one batch may hold; 0 = no limit. (optional) */
     int (*max_batch)(void *ctx);
+    /* Sequences that may exist at once, each with its own KV cache; the worker keeps
+     * that many prompt-cache slots. (optional: 1) */
+    int (*max_seqs)(void *ctx);
     /* Map/upload the pack's weights (the pack must outlive the device). */
     int (*load_model)(void *ctx, const eng_pack *pack, char *err, size_t errlen);
     /* A sequence with room for n_ctx positions. */
@@ -148,6 +151,7 @@ const char *eng_device_get_name(const struct eng_device *d);
 const char *eng_device_get_description(const struct eng_device *d);
 int eng_device_default_k(const struct eng_device *d);
 int eng_device_max_batch(const struct eng_device *d);        /* 0 = no limit */
+int eng_device_max_seqs(const struct eng_device *d);         /* >= 1 */
 int eng_device_load_model(struct eng_device *d, const eng_pack *pack, char *err, size_t errlen);
 int eng_device_seq_begin(struct eng_device *d, int n_ctx, eng_device_seq **out, char *err,
                          size_t errlen);

@@ -111,6 +111,12 @@ static void free_batch(eng_seq *s)
     s->cap = 0;
 }
 
+void eng_seq_trim(eng_seq *s)
+{
+    if (s && s->n == 0)
+        free_batch(s);
+}
+
 void eng_seq_free(eng_seq *s)
 {
     if (!s)

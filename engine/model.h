@@ -73,6 +73,10 @@ int eng_seq_ctx(const eng_seq *s);   /* n_ctx */
 /* Forget positions n.. (n <= len) and any batch in flight: prompt-cache reuse, or
  * a device fault that lost the KV state. */
 void eng_seq_truncate(eng_seq *s, int n);
+/* Free the batch buffers of a sequence with no batch in flight (they grow again
+ * on its next batch, ~115 KB per position of a 2B prompt chunk): an idle sequence
+ * then holds only its KV cache. */
+void eng_seq_trim(eng_seq *s);
 
 /* Returns 0, or -EINVAL (bad token id, n < 1, len + n > n_ctx, layers out of
  * order or out of range, head before all layers ran) with the reason in the

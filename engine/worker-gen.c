@@ -109,7 +109,7 @@ static enum step_rc run_step(struct gen *g, enum eng_phase phase, const int32_t 
             eng__worker_sweep(w);
         }
         struct eng_run_result res;
-        int rc = eng_device_run_runlist(w->dev, w->seq, rl, &b, &res);
+        int rc = eng_device_run_runlist(w->dev, w->cur->seq, rl, &b, &res);
         count_run(g, &res);
         if (rc == 0)
             continue;
@@ -225,9 +225,11 @@ static bool on_fault(struct gen *g)
         w->broken_by = g->derr;
         eng__worker_log(w, ENG_LOG_ERROR, "device %s: reset failed: %s", w->device_name, err);
     }
-    eng_device_seq_truncate(w->dev, w->seq, 0);
+    eng_device_seq_truncate(w->dev, w->cur->seq, 0);
     g->n_fed = 0;
-    w->n_kv = 0;
+    /* A reset may lose every sequence's device state, not just this one's. */
+    for (int i = 0; i < w->n_slots; i++)
+        w->slots[i].n_kv = 0;
     g->have_logits = false;
 
     char line[384];
@@ -371,20 +373,38 @@ static enum step_rc turn(struct gen *g, bool *ended)
     return rc;
 }
 
-/* Prompt positions whose KV the device already holds: the longest prefix the
- * prompt shares with ids[0 .. n_kv), the previous request's prompt and fed
- * output, but never the whole prompt (its last position must run for the
- * logits). The forward pass is batch-invariant (a position's KV does not depend
- * on how the prompt was cut into chunks), so the output is the same as without
- * the cache. */
-static int reusable_prefix(const struct eng_worker *w, const eng_gen_req *r)
+/* Prompt positions whose KV slot sl already holds: the longest prefix the prompt
+ * shares with its ids[0 .. n_kv), an earlier request's prompt and fed output, but
+ * never the whole prompt (its last position must run for the logits). The
+ * forward pass is batch-invariant (a position's KV does not depend on how the
+ * prompt was cut into chunks), so the output is the same as without the cache. */
+static int reusable_prefix(const struct worker_slot *sl, const eng_gen_req *r)
 {
-    if (!w->prompt_cache)
-        return 0;
-    int n = w->n_kv < r->n_prompt - 1 ? w->n_kv : r->n_prompt - 1, i = 0;
-    while (i < n && w->ids[i] == r->prompt[i])
+    int n = sl->n_kv < r->n_prompt - 1 ? sl->n_kv : r->n_prompt - 1, i = 0;
+    while (i < n && sl->ids[i] == r->prompt[i])
         i++;
     return i;
+}
+
+/* The slot a request runs on: the one sharing the longest prefix with it, when
+ * that saves at least MIN_REUSE positions or half the prompt; else an empty slot,
+ * else the least recently used one. A short match (a chat template's opening
+ * tokens) must not evict a conversation: Open WebUI, for one, sends title and tag
+ * requests between the turns of a chat. */
+#define MIN_REUSE 32
+static struct worker_slot *pick_slot(struct eng_worker *w, const eng_gen_req *r)
+{
+    struct worker_slot *best = NULL, *spare = NULL;
+    int best_n = 0;
+    for (int i = 0; i < w->n_slots; i++) {
+        struct worker_slot *sl = &w->slots[i];
+        int n = w->prompt_cache ? reusable_prefix(sl, r) : 0;
+        if (n > best_n)
+            best = sl, best_n = n;
+        if (!spare || (spare->n_kv > 0 && (sl->n_kv == 0 || sl->used < spare->used)))
+            spare = sl;
+    }
+    return best && (best_n >= MIN_REUSE || 2 * best_n >= r->n_prompt - 1) ? best : spare;
 }
 
 /* Checks that need the model: the prompt fits and its ids exist. */
@@ -407,7 +427,7 @@ static int check_request(struct gen *g, char *msg, size_t len)
 
 void eng__worker_run(struct eng_worker *w, eng_gen_req *r)
 {
-    struct gen g = {.w = w, .r = r, .ids = w->ids, .n_prompt = r->n_prompt};
+    struct gen g = {.w = w, .r = r, .n_prompt = r->n_prompt};
     g.t_start = eng__worker_now_us();
     g.tm.queue_ms = (double)(g.t_start - r->t_submit_us) / 1e3;
     char msg[256];
@@ -444,11 +464,14 @@ void eng__worker_run(struct eng_worker *w, eng_gen_req *r)
         atomic_store_explicit(&w->m.device_down, false, memory_order_relaxed);
     }
     eng_sampler_accept_prompt(g.sampler, r->prompt, r->n_prompt);
-    g.n_cached = reusable_prefix(w, r);
+    w->cur = pick_slot(w, r);
+    w->cur->used = ++w->n_runs;
+    g.ids = w->cur->ids;
+    g.n_cached = w->prompt_cache ? reusable_prefix(w->cur, r) : 0;
     memcpy(g.ids, r->prompt, (size_t)r->n_prompt * sizeof *g.ids);
-    eng_device_seq_truncate(w->dev, w->seq, g.n_cached);
+    eng_device_seq_truncate(w->dev, w->cur->seq, g.n_cached);
     g.n_fed = g.n_cached;
-    w->n_kv = g.n_cached;
+    w->cur->n_kv = g.n_cached;
     /* counted once the request reaches the device (not when refused above) */
     atomic_fetch_add_explicit(&w->m.tokens_in, (uint_fast64_t)r->n_prompt, memory_order_relaxed);
     atomic_fetch_add_explicit(&w->m.tokens_cached, (uint_fast64_t)g.n_cached,
@@ -491,8 +514,8 @@ void eng__worker_run(struct eng_worker *w, eng_gen_req *r)
                             k, w->kstate_path);
     }
 out:
-    if (g.n_fed > w->n_kv) /* what the device's KV now holds, for the next prompt */
-        w->n_kv = g.n_fed;
+    if (g.ids && g.n_fed > w->cur->n_kv) /* what the slot's KV now holds, for later */
+        w->cur->n_kv = g.n_fed;
     eng_detok_free(g.detok);
     eng_sampler_free(g.sampler);
 }

@@ -42,6 +42,17 @@ struct worker_metrics {
     atomic_bool device_down;      /* mirrors device_broken for other threads */
 };
 
+/* A prompt-cache slot: a device sequence, its own KV cache, and the ids that KV
+ * holds. One slot unless the prompt cache is on and the device keeps several
+ * sequences (eng_device_max_seqs). */
+#define WORKER_MAX_SLOTS 4
+struct worker_slot {
+    eng_device_seq *seq;
+    int32_t *ids;                 /* (n_ctx + 1) prompt + generated */
+    int n_kv;                     /* seq's KV holds ids[0 .. n_kv) */
+    uint64_t used;                /* when it last served a request (LRU) */
+};
+
 struct eng_worker {
     /* set by eng_worker_new, then read-only */
     struct eng_device *dev;
@@ -68,15 +79,16 @@ struct eng_worker {
     pthread_t thread;
 
     /* the worker thread's own */
-    eng_device_seq *seq;
+    struct worker_slot slots[WORKER_MAX_SLOTS];
+    int n_slots;
+    struct worker_slot *cur;      /* the slot of the running (or last) request */
+    uint64_t n_runs;              /* requests that reached a slot, for LRU */
     struct eng_kpolicy kp;
     struct eng_plan plan;         /* for kp's K */
     bool device_broken;           /* a reset failed; try again before the next request */
     struct eng_device_error broken_by; /* with device_broken: the failure that left the
                                           device down, reported while it stays down */
     float *logits, *raw_logits;   /* (n_vocab) */
-    int32_t *ids;                 /* (n_ctx + 1) prompt + generated */
-    int n_kv;                     /* seq's KV holds ids[0 .. n_kv) (prompt_cache) */
     eng_gen_req **swept;          /* (queue_size) scratch for eng__worker_sweep */
 
     struct worker_metrics m;

@@ -280,8 +280,10 @@ int eng__worker_replan(struct eng_worker *w)
 static void worker_destroy(struct eng_worker *w)
 {
     eng_plan_deinit(&w->plan);
-    eng_device_seq_end(w->dev, w->seq);
-    free(w->ids);
+    for (int i = 0; i < w->n_slots; i++) {
+        eng_device_seq_end(w->dev, w->slots[i].seq);
+        free(w->slots[i].ids);
+    }
     free(w->logits);
     free(w->raw_logits);
     free(w->ring);
@@ -349,12 +351,11 @@ int eng_worker_new(struct eng_device *dev, const eng_pack *pack, const eng_token
 
     rc = -ENOMEM;
     w->model_id = strdup(o->model_id ? o->model_id : eng_pack_get_info(pack)->dir);
-    w->ids = malloc(((size_t)w->n_ctx + 1) * sizeof *w->ids);
     w->logits = malloc((size_t)w->n_vocab * sizeof *w->logits);
     w->raw_logits = malloc((size_t)w->n_vocab * sizeof *w->raw_logits);
     w->ring = calloc((size_t)w->queue_size, sizeof *w->ring);
     w->swept = calloc((size_t)w->queue_size, sizeof *w->swept);
-    if (!w->model_id || !w->ids || !w->logits || !w->raw_logits || !w->ring || !w->swept) {
+    if (!w->model_id || !w->logits || !w->raw_logits || !w->ring || !w->swept) {
         eng__fail(err, errlen, rc, "worker: out of memory");
         goto err;
     }
@@ -370,8 +371,21 @@ int eng_worker_new(struct eng_device *dev, const eng_pack *pack, const eng_token
         }
     }
 
-    if ((rc = eng_device_seq_begin(dev, w->n_ctx, &w->seq, err, errlen)))
-        goto err;
+    /* One slot, or as many as the prompt cache may use and the device keeps. */
+    int n_slots = w->prompt_cache ? eng_device_max_seqs(dev) : 1;
+    n_slots = n_slots < WORKER_MAX_SLOTS ? n_slots : WORKER_MAX_SLOTS;
+    for (; w->n_slots < n_slots; w->n_slots++) {
+        struct worker_slot *sl = &w->slots[w->n_slots];
+        if (!(sl->ids = malloc(((size_t)w->n_ctx + 1) * sizeof *sl->ids))) {
+            rc = eng__fail(err, errlen, -ENOMEM, "worker: out of memory");
+            goto err;
+        }
+        if ((rc = eng_device_seq_begin(dev, w->n_ctx, &sl->seq, err, errlen))) {
+            free(sl->ids);
+            goto err;
+        }
+    }
+    w->cur = &w->slots[0];
     struct eng_kpolicy_opts kpo = {
         .mode = o->kmode,
         .fixed_k = o->fixed_k,

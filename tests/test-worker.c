@@ -665,16 +665,17 @@ MCD_TEST(worker, prompt_cache_reuses_prefix_and_matches_cold)
     assert_same_tokens(b0, c, "the same prompt again");
     cr_assert_eq(c->done.cached_tokens, n_next - 1);
 
+    /* Sharing 6 of 10 tokens, more than half: that slot, 6 reused. */
     memcpy(other, prompt, sizeof other);
-    other[3] = 432;
+    other[6] = 432;
     struct gen_args ao = {.max_tokens = 9, .prompt = other, .n_prompt = N_PROMPT};
     struct rec *d = run(f, &ao), *d0 = cold(&ao);
-    assert_same_tokens(d0, d, "a prompt sharing 3 tokens");
-    cr_assert_eq(d->done.cached_tokens, 3);
+    assert_same_tokens(d0, d, "a prompt sharing 6 tokens");
+    cr_assert_eq(d->done.cached_tokens, 6);
 
     struct eng_worker_stats st;
     eng_worker_get_stats(f->w, &st);
-    cr_assert_eq(st.tokens_cached, (uint64_t)(N_PROMPT + a->n_ids - 1 + n_next - 1 + 3));
+    cr_assert_eq(st.tokens_cached, (uint64_t)(N_PROMPT + a->n_ids - 1 + n_next - 1 + 6));
     rec_free(a), rec_free(a0), rec_free(b), rec_free(b0), rec_free(c), rec_free(d), rec_free(d0);
     fx_free(f);
 }
@@ -702,6 +703,66 @@ MCD_TEST(worker, prompt_cache_after_a_replay)
     struct rec *c = run(f, &an);
     assert_same_tokens(b0, c, "the same prompt after the replay");
     cr_assert_eq(c->done.cached_tokens, n_next - 1);
+    rec_free(a), rec_free(b), rec_free(b0), rec_free(c);
+    fx_free(f);
+}
+
+/* Several slots (the cpu device keeps 4 sequences): unrelated requests between
+ * the turns of a conversation (Open WebUI's title and tag requests) go to other
+ * slots, so the next turn still finds its prefix; later distinct prompts evict
+ * the least recently used slots, in turn. Prompts of 40 tokens that share their first 3
+ * (a chat template's opening) are unrelated: 3 < 32 and < half. */
+MCD_TEST(worker, prompt_cache_slots_keep_a_conversation)
+{
+    int32_t conv[40], other[6][40], next[40 + MAX_TOK + 2];
+    for (int i = 0; i < 40; i++) {
+        conv[i] = i < 3 ? 1 + i : (int32_t)((i * 37 + 11) % 1000);
+        for (int k = 0; k < 6; k++)
+            other[k][i] = i < 3 ? 1 + i : (int32_t)((i * 53 + 101 * (k + 1)) % 1000);
+    }
+    static const int32_t no_stop[] = {-1}; /* every request runs to its length */
+    struct fx *f = fx_new(&(struct setup){.device = "cpu", .kmode = ENG_KMODE_ALL,
+                                          .prompt_cache = true});
+    struct rec *a = run(f, &(struct gen_args){.max_tokens = 6, .prompt = conv, .n_prompt = 40,
+                                              .stop_ids = no_stop, .n_stop_ids = 1});
+    assert_done(a, "turn 1");
+    for (int k = 0; k < 2; k++) { /* two "title/tag" requests */
+        struct rec *t = run(f, &(struct gen_args){.max_tokens = 3, .prompt = other[k],
+                                                  .n_prompt = 40, .stop_ids = no_stop,
+                                                  .n_stop_ids = 1});
+        assert_done(t, "an unrelated request");
+        cr_assert_eq(t->done.cached_tokens, 0, "unrelated request %d reused %d", k,
+                     t->done.cached_tokens);
+        rec_free(t);
+    }
+    int n = 0;
+    for (int i = 0; i < 40; i++)
+        next[n++] = conv[i];
+    for (int i = 0; i < a->n_ids; i++)
+        next[n++] = a->ids[i];
+    next[n++] = 5;
+    next[n++] = 6;
+    struct gen_args an = {.max_tokens = 6, .prompt = next, .n_prompt = n, .stop_ids = no_stop,
+                          .n_stop_ids = 1};
+    cr_assert_eq(a->n_ids, 6);
+    struct rec *b = run(f, &an), *b0 = cold(&an);
+    assert_same_tokens(b0, b, "turn 2 after unrelated requests");
+    cr_assert_eq(b->done.cached_tokens, 40 + a->n_ids - 1, "turn 2 reused %d",
+                 b->done.cached_tokens);
+
+    /* Four more unrelated prompts: the empty slot, then the two least recently
+     * used ones, then the conversation's. */
+    for (int k = 2; k < 6; k++) {
+        struct rec *t = run(f, &(struct gen_args){.max_tokens = 3, .prompt = other[k],
+                                                  .n_prompt = 40, .stop_ids = no_stop,
+                                                  .n_stop_ids = 1});
+        assert_done(t, "an unrelated request");
+        rec_free(t);
+    }
+    struct rec *c = run(f, &an);
+    assert_same_tokens(b0, c, "turn 2 again, after its slot was evicted");
+    cr_assert_eq(c->done.cached_tokens, 3, "evicted: only the 3 opening tokens every prompt "
+                 "here shares, from the slot it took; reused %d", c->done.cached_tokens);
     rec_free(a), rec_free(b), rec_free(b0), rec_free(c);
     fx_free(f);
 }
