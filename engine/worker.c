@@ -382,7 +382,17 @@ int eng_worker_new(struct eng_device *dev, const eng_pack *pack, const eng_token
         }
         if ((rc = eng_device_seq_begin(dev, w->n_ctx, &sl->seq, err, errlen))) {
             free(sl->ids);
-            goto err;
+            sl->ids = NULL;
+            if (w->n_slots == 0)
+                goto err;
+            /* More slots are a cache: do with the ones there are (their KV is
+             * reserved address space, which a strict overcommit policy may refuse). */
+            eng__worker_log(w, ENG_LOG_WARN, "prompt cache: %d slot(s), not %d: %s", w->n_slots,
+                            n_slots, err);
+            if (err && errlen)
+                err[0] = '\0';
+            rc = 0;
+            break;
         }
     }
     w->cur = &w->slots[0];
