@@ -135,42 +135,29 @@ block(const struct tile *tl, int ng, int h, const int8_t *xq, size_t xs, const f
 void eng__matmul_q4_1_q8_avx2(const uint8_t *chunks, int in, int row_begin, int row_end,
                               const struct eng_q8x *xq, int n_tok, float *y, int ldy)
 {
-    int ncol = (in + ENG_Q4_1_COLS - 1) / ENG_Q4_1_COLS;
-    int ngroups = (in + ENG_Q4_1_GROUP - 1) / ENG_Q4_1_GROUP; /* groups with data */
-    size_t xs = (size_t)ncol * ENG_Q4_1_COLS, ss = xs / ENG_Q4_1_GROUP;
+    int ncol = (in + ENG_Q4_1_COLS - 1) / ENG_Q4_1_COLS, rb_end = row_end / ENG_Q4_1_ROWS;
+    size_t xs = (size_t)ncol * ENG_Q4_1_COLS, ss = xs / ENG_Q4_1_GROUP, l = (size_t)ldy;
     struct tile tl;
     _Alignas(32) float part[MM_PASS * ENG_Q4_1_ROWS]; /* a pass's partial sums, 8 KB */
 
-    if (n_tok <= 0)
-        return;
-    for (int rb = row_begin / ENG_Q4_1_ROWS; rb < row_end / ENG_Q4_1_ROWS; rb++) {
+    for (int rb = row_begin / ENG_Q4_1_ROWS; rb < rb_end; rb++) {
         for (int p0 = 0; p0 < n_tok; p0 += MM_PASS) {
             int np = n_tok - p0 < MM_PASS ? n_tok - p0 : MM_PASS;
             float *yp = y + (size_t)p0 * ldy + (size_t)rb * ENG_Q4_1_ROWS;
             for (int cb = 0; cb < ncol; cb++) {
-                const uint8_t *ch = chunks + ((size_t)rb * ncol + cb) * ENG_Q4_1_CHUNK_BYTES;
-                int ng = ngroups - cb * MM_GROUPS < MM_GROUPS ? ngroups - cb * MM_GROUPS : MM_GROUPS;
-                int first = cb == 0, last = cb == ncol - 1;
-                const int8_t *xc = xq->q + (size_t)p0 * xs + (size_t)cb * ENG_Q4_1_COLS;
-                const float *dc = xq->d + (size_t)p0 * ss + (size_t)cb * MM_GROUPS;
-                const float *sc = xq->sum + (size_t)p0 * ss + (size_t)cb * MM_GROUPS;
-                /* the next chunk in memory, from DRAM while this one computes (as
-                 * in kernels-gemm-avx512.c) */
-                if ((cb + 1 < ncol || p0 + MM_PASS >= n_tok) &&
-                    (cb + 1 < ncol || rb + 1 < row_end / ENG_Q4_1_ROWS))
-                    for (int l = 0; l < ENG_Q4_1_CHUNK_BYTES; l += 64)
-                        _mm_prefetch((const char *)ch + ENG_Q4_1_CHUNK_BYTES + l, _MM_HINT_T0);
-                unpack(ch, ng, &tl);
-
-                size_t l = (size_t)ldy;
+                struct kern_mm_chunk c = kern_mm_chunk(chunks, in, xq, rb, p0, cb);
+                kern_mm_prefetch_next(&c, rb, rb_end, p0, MM_PASS, n_tok);
+                unpack(c.w, c.ng, &tl);
                 for (int h = 0; h < 2; h++) {
                     int t = 0;
                     for (; t + 2 <= np; t += 2)
-                        block(&tl, ng, h, xc + t * xs, xs, dc + t * ss, sc + t * ss, ss,
-                              part + t * ENG_Q4_1_ROWS, yp + (size_t)t * ldy, l, first, last, 2);
+                        block(&tl, c.ng, h, c.xq + t * xs, xs, c.dx + t * ss, c.sx + t * ss, ss,
+                              part + t * ENG_Q4_1_ROWS, yp + (size_t)t * ldy, l, c.first, c.last,
+                              2);
                     if (t < np)
-                        block(&tl, ng, h, xc + t * xs, xs, dc + t * ss, sc + t * ss, ss,
-                              part + t * ENG_Q4_1_ROWS, yp + (size_t)t * ldy, l, first, last, 1);
+                        block(&tl, c.ng, h, c.xq + t * xs, xs, c.dx + t * ss, c.sx + t * ss, ss,
+                              part + t * ENG_Q4_1_ROWS, yp + (size_t)t * ldy, l, c.first, c.last,
+                              1);
                 }
             }
         }

@@ -173,45 +173,30 @@ mm_block(const struct mm_tile *tl, int ng, const int8_t *xq, size_t xs, const fl
 void eng__matmul_q4_1_q8_vnni(const uint8_t *chunks, int in, int row_begin, int row_end,
                               const struct eng_q8x *xq, int n_tok, float *y, int ldy)
 {
-    int ncol = (in + ENG_Q4_1_COLS - 1) / ENG_Q4_1_COLS;
-    int ngroups = (in + ENG_Q4_1_GROUP - 1) / ENG_Q4_1_GROUP; /* groups with data */
-    size_t xs = (size_t)ncol * ENG_Q4_1_COLS, ss = xs / ENG_Q4_1_GROUP;
+    int ncol = (in + ENG_Q4_1_COLS - 1) / ENG_Q4_1_COLS, rb_end = row_end / ENG_Q4_1_ROWS;
+    size_t xs = (size_t)ncol * ENG_Q4_1_COLS, ss = xs / ENG_Q4_1_GROUP, l = (size_t)ldy;
     struct mm_tile tl;
     /* The partial sums of a pass: contiguous, where y's rows are ldy apart
      * (same L1 set, 4K aliasing), 16 KB. */
     _Alignas(64) float part[MM_PASS * ENG_Q4_1_ROWS];
 
-    if (n_tok <= 0)
-        return;
-    for (int rb = row_begin / ENG_Q4_1_ROWS; rb < row_end / ENG_Q4_1_ROWS; rb++) {
+    for (int rb = row_begin / ENG_Q4_1_ROWS; rb < rb_end; rb++) {
         for (int p0 = 0; p0 < n_tok; p0 += MM_PASS) {
             int np = n_tok - p0 < MM_PASS ? n_tok - p0 : MM_PASS;
             float *yp = y + (size_t)p0 * ldy + (size_t)rb * ENG_Q4_1_ROWS;
             for (int cb = 0; cb < ncol; cb++) {
-                const uint8_t *ch = chunks + ((size_t)rb * ncol + cb) * ENG_Q4_1_CHUNK_BYTES;
-                int ng = ngroups - cb * MM_GROUPS < MM_GROUPS ? ngroups - cb * MM_GROUPS : MM_GROUPS;
-                int first = cb == 0, last = cb == ncol - 1;
-                const int8_t *xc = xq->q + (size_t)p0 * xs + (size_t)cb * ENG_Q4_1_COLS;
-                const float *dc = xq->d + (size_t)p0 * ss + (size_t)cb * MM_GROUPS;
-                const float *sc = xq->sum + (size_t)p0 * ss + (size_t)cb * MM_GROUPS;
-                /* The next chunk this loop unpacks, when it is the one after this
-                 * one in memory (not a later pass over this row block's chunks,
-                 * which are in L2 by then): from DRAM while this one computes. */
-                if ((cb + 1 < ncol || p0 + MM_PASS >= n_tok) &&
-                    (cb + 1 < ncol || rb + 1 < row_end / ENG_Q4_1_ROWS))
-                    for (int l = 0; l < ENG_Q4_1_CHUNK_BYTES; l += 64)
-                        _mm_prefetch((const char *)ch + ENG_Q4_1_CHUNK_BYTES + l, _MM_HINT_T0);
-                mm_unpack(ch, ng, &tl);
+                struct kern_mm_chunk c = kern_mm_chunk(chunks, in, xq, rb, p0, cb);
+                kern_mm_prefetch_next(&c, rb, rb_end, p0, MM_PASS, n_tok);
+                mm_unpack(c.w, c.ng, &tl);
 
-                int t = 0;
+                int t = 0, ng = c.ng, first = c.first, last = c.last;
                 for (; t + MM_TOK <= np; t += MM_TOK)
-                    mm_block(&tl, ng, xc + t * xs, xs, dc + t * ss, sc + t * ss, ss,
-                             part + t * ENG_Q4_1_ROWS, yp + (size_t)t * ldy, (size_t)ldy, first, last,
+                    mm_block(&tl, ng, c.xq + t * xs, xs, c.dx + t * ss, c.sx + t * ss, ss,
+                             part + t * ENG_Q4_1_ROWS, yp + (size_t)t * ldy, l, first, last,
                              MM_TOK);
-                const int8_t *xt = xc + t * xs;
-                const float *dt = dc + t * ss, *st = sc + t * ss;
+                const int8_t *xt = c.xq + t * xs;
+                const float *dt = c.dx + t * ss, *st = c.sx + t * ss;
                 float *pt = part + t * ENG_Q4_1_ROWS, *yt = yp + (size_t)t * ldy;
-                size_t l = (size_t)ldy;
                 switch (np - t) {
                 case 3: mm_block(&tl, ng, xt, xs, dt, st, ss, pt, yt, l, first, last, 3); break;
                 case 2: mm_block(&tl, ng, xt, xs, dt, st, ss, pt, yt, l, first, last, 2); break;

@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 #include <string.h>
+#include <xmmintrin.h> /* _mm_prefetch: SSE, part of x86-64 itself */
 
 #include "engine/bf16.h"
 #include "engine/kernels.h"
@@ -25,6 +26,63 @@ static inline const float *kern_x_block(const float *x, int in, int cb, float *x
     memset(xt + n, 0, (size_t)(ENG_Q4_1_COLS - n) * sizeof *xt);
     return xt;
 }
+
+/* ---- the tiled Q4_1 x int8 matmuls (kernels-gemm-avx2.c, -avx512.c) ---------- *
+ *
+ * Both walk row block rb, then passes of up to `pass` tokens from p0, then the
+ * row block's chunks cb in memory order; this is one chunk of that walk. */
+struct kern_mm_chunk {
+    const uint8_t *w;           /* the chunk's 5,120 bytes */
+    const int8_t *xq;           /* token p0's x at the chunk's columns (rows xs apart) */
+    const float *dx, *sx;       /* its per-group scales and sums (rows ss apart) */
+    int ng;                     /* groups holding data (past `in`: none) */
+    int first, last;            /* the row block's first / last chunk */
+};
+
+static inline struct kern_mm_chunk kern_mm_chunk(const uint8_t *chunks, int in,
+                                                 const struct eng_q8x *xq, int rb, int p0,
+                                                 int cb)
+{
+    int ncol = (in + ENG_Q4_1_COLS - 1) / ENG_Q4_1_COLS, gpc = ENG_Q4_1_COLS / ENG_Q4_1_GROUP;
+    int ngroups = (in + ENG_Q4_1_GROUP - 1) / ENG_Q4_1_GROUP;
+    size_t xs = (size_t)ncol * ENG_Q4_1_COLS, ss = xs / ENG_Q4_1_GROUP;
+    struct kern_mm_chunk c = {
+        .w = chunks + ((size_t)rb * ncol + cb) * ENG_Q4_1_CHUNK_BYTES,
+        .xq = xq->q + (size_t)p0 * xs + (size_t)cb * ENG_Q4_1_COLS,
+        .dx = xq->d + (size_t)p0 * ss + (size_t)cb * gpc,
+        .sx = xq->sum + (size_t)p0 * ss + (size_t)cb * gpc,
+        .ng = ngroups - cb * gpc < gpc ? ngroups - cb * gpc : gpc,
+        .first = cb == 0,
+        .last = cb == ncol - 1,
+    };
+    return c;
+}
+
+/* Prefetch the chunk after c in memory when it is the next one the walk unpacks
+ * (not a later pass over this row block's chunks, which are in L2 by then): from
+ * DRAM while this one computes. rb_end is the walk's end row block. */
+static inline void kern_mm_prefetch_next(const struct kern_mm_chunk *c, int rb, int rb_end,
+                                         int p0, int pass, int n_tok)
+{
+    if (c->last && (p0 + pass < n_tok || rb + 1 >= rb_end))
+        return;
+    for (int l = 0; l < ENG_Q4_1_CHUNK_BYTES; l += 64)
+        _mm_prefetch((const char *)c->w + ENG_Q4_1_CHUNK_BYTES + l, _MM_HINT_T0);
+}
+
+/* ---- e^x in the vector kernels (kernels-attn-*.c) -------------------------------
+ * x = n ln2 + r with ln2 split hi + lo (Cody-Waite), |r| <= ln2/2, and
+ * e^r = 1 + r + r^2 (P5 + r (P4 + r (P3 + r (P2 + r (P1 + r P0))))): Cephes expf,
+ * ~1 ulp. */
+#define KERN_EXP_LOG2E 1.44269504088896341f
+#define KERN_EXP_LN2_HI 0.693359375f
+#define KERN_EXP_LN2_LO (-2.12194440e-4f)
+#define KERN_EXP_P0 1.9875691500e-4f
+#define KERN_EXP_P1 1.3981999507e-3f
+#define KERN_EXP_P2 8.3334519073e-3f
+#define KERN_EXP_P3 4.1665795894e-2f
+#define KERN_EXP_P4 1.6666665459e-1f
+#define KERN_EXP_P5 5.0000001201e-1f
 
 typedef void (*kern_q4_1_fn)(const uint8_t *chunks, int in, int row_begin, int row_end,
                              const float *x, float *y);

@@ -176,6 +176,17 @@ const char *eng_isa_name(enum eng_isa isa)
     return "?";
 }
 
+int eng_isa_parse(const char *name, enum eng_isa *out)
+{
+    static const enum eng_isa all[] = {ENG_ISA_SCALAR, ENG_ISA_AVX2, ENG_ISA_AVX512};
+    for (size_t i = 0; name && i < sizeof all / sizeof *all; i++)
+        if (strcmp(name, eng_isa_name(all[i])) == 0) {
+            *out = all[i];
+            return 0;
+        }
+    return -1;
+}
+
 void eng_matvec_q4_1_rows(const uint8_t *chunks, int in, int row_begin, int row_end,
                           const float *x, float *y)
 {

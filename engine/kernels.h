@@ -50,6 +50,9 @@ enum eng_isa eng_kernels_isa(void);
 
 /* "scalar", "avx2", "avx512". */
 const char *eng_isa_name(enum eng_isa isa);
+/* The ISA named "scalar", "avx2" or "avx512" into *out: 0, or -1 for another
+ * name (*out unchanged). */
+int eng_isa_parse(const char *name, enum eng_isa *out);
 
 /* ---- matrix-vector --------------------------------------------------------- */
 

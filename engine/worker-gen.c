@@ -386,13 +386,14 @@ static int reusable_prefix(const struct worker_slot *sl, const eng_gen_req *r)
     return i;
 }
 
-/* The slot a request runs on: the one sharing the longest prefix with it, when
- * that saves at least MIN_REUSE positions or half the prompt; else an empty slot,
- * else the least recently used one. A short match (a chat template's opening
+/* The slot a request runs on (and in *reuse the prompt positions it holds): the
+ * one sharing the longest prefix with it, when that saves at least MIN_REUSE
+ * positions or half the prompt; else an empty slot, else the least recently used
+ * one. A short match (a chat template's opening
  * tokens) must not evict a conversation: Open WebUI, for one, sends title and tag
  * requests between the turns of a chat. */
 #define MIN_REUSE 32
-static struct worker_slot *pick_slot(struct eng_worker *w, const eng_gen_req *r)
+static struct worker_slot *pick_slot(struct eng_worker *w, const eng_gen_req *r, int *reuse)
 {
     struct worker_slot *best = NULL, *spare = NULL;
     int best_n = 0;
@@ -404,7 +405,12 @@ static struct worker_slot *pick_slot(struct eng_worker *w, const eng_gen_req *r)
         if (!spare || (spare->n_kv > 0 && (sl->n_kv == 0 || sl->used < spare->used)))
             spare = sl;
     }
-    return best && (best_n >= MIN_REUSE || 2 * best_n >= r->n_prompt - 1) ? best : spare;
+    if (best && (best_n >= MIN_REUSE || 2 * best_n >= r->n_prompt - 1)) {
+        *reuse = best_n;
+        return best;
+    }
+    *reuse = w->prompt_cache ? reusable_prefix(spare, r) : 0;
+    return spare;
 }
 
 /* Checks that need the model: the prompt fits and its ids exist. */
@@ -464,10 +470,9 @@ void eng__worker_run(struct eng_worker *w, eng_gen_req *r)
         atomic_store_explicit(&w->m.device_down, false, memory_order_relaxed);
     }
     eng_sampler_accept_prompt(g.sampler, r->prompt, r->n_prompt);
-    w->cur = pick_slot(w, r);
+    w->cur = pick_slot(w, r, &g.n_cached);
     w->cur->used = ++w->n_runs;
     g.ids = w->cur->ids;
-    g.n_cached = w->prompt_cache ? reusable_prefix(w->cur, r) : 0;
     memcpy(g.ids, r->prompt, (size_t)r->n_prompt * sizeof *g.ids);
     eng_device_seq_truncate(w->dev, w->cur->seq, g.n_cached);
     g.n_fed = g.n_cached;

@@ -673,6 +673,16 @@ MCD_TEST(kernels, dispatch)
     cr_assert_eq(eng_kernels_set_isa(best), 0);
     cr_assert_eq(eng_kernels_isa(), best);
     cr_assert_str_eq(eng_isa_name(ENG_ISA_AVX512), "avx512");
+    enum eng_isa isa = ENG_ISA_SCALAR;
+    cr_assert_eq(eng_isa_parse("avx2", &isa), 0);
+    cr_assert_eq(isa, ENG_ISA_AVX2);
+    cr_assert_eq(eng_isa_parse("avx512", &isa), 0);
+    cr_assert_eq(isa, ENG_ISA_AVX512);
+    cr_assert_eq(eng_isa_parse("scalar", &isa), 0);
+    cr_assert_eq(isa, ENG_ISA_SCALAR);
+    cr_assert_eq(eng_isa_parse("avx", &isa), -1);
+    cr_assert_eq(eng_isa_parse(NULL, &isa), -1);
+    cr_assert_eq(isa, ENG_ISA_SCALAR, "unchanged by a bad name");
 }
 
 MCD_TEST(kernels, small_kernels_sanity)

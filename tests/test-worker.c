@@ -707,6 +707,18 @@ MCD_TEST(worker, prompt_cache_after_a_replay)
     fx_free(f);
 }
 
+/* A 3-token request on prompt p (no stop ids): how many positions it reused. */
+static int run_cached(struct fx *f, const int32_t *p, int n)
+{
+    static const int32_t no_stop[] = {-1};
+    struct rec *t = run(f, &(struct gen_args){.max_tokens = 3, .prompt = p, .n_prompt = n,
+                                              .stop_ids = no_stop, .n_stop_ids = 1});
+    assert_done(t, "an unrelated request");
+    int cached = t->done.cached_tokens;
+    rec_free(t);
+    return cached;
+}
+
 /* Several slots (the cpu device keeps 4 sequences): unrelated requests between
  * the turns of a conversation (Open WebUI's title and tag requests) go to other
  * slots, so the next turn still finds its prefix; later distinct prompts evict
@@ -726,15 +738,8 @@ MCD_TEST(worker, prompt_cache_slots_keep_a_conversation)
     struct rec *a = run(f, &(struct gen_args){.max_tokens = 6, .prompt = conv, .n_prompt = 40,
                                               .stop_ids = no_stop, .n_stop_ids = 1});
     assert_done(a, "turn 1");
-    for (int k = 0; k < 2; k++) { /* two "title/tag" requests */
-        struct rec *t = run(f, &(struct gen_args){.max_tokens = 3, .prompt = other[k],
-                                                  .n_prompt = 40, .stop_ids = no_stop,
-                                                  .n_stop_ids = 1});
-        assert_done(t, "an unrelated request");
-        cr_assert_eq(t->done.cached_tokens, 0, "unrelated request %d reused %d", k,
-                     t->done.cached_tokens);
-        rec_free(t);
-    }
+    for (int k = 0; k < 2; k++) /* two "title/tag" requests */
+        cr_assert_eq(run_cached(f, other[k], 40), 0, "unrelated request %d reused some", k);
     int n = 0;
     for (int i = 0; i < 40; i++)
         next[n++] = conv[i];
@@ -752,13 +757,8 @@ MCD_TEST(worker, prompt_cache_slots_keep_a_conversation)
 
     /* Four more unrelated prompts: the empty slot, then the two least recently
      * used ones, then the conversation's. */
-    for (int k = 2; k < 6; k++) {
-        struct rec *t = run(f, &(struct gen_args){.max_tokens = 3, .prompt = other[k],
-                                                  .n_prompt = 40, .stop_ids = no_stop,
-                                                  .n_stop_ids = 1});
-        assert_done(t, "an unrelated request");
-        rec_free(t);
-    }
+    for (int k = 2; k < 6; k++)
+        run_cached(f, other[k], 40);
     struct rec *c = run(f, &an);
     assert_same_tokens(b0, c, "turn 2 again, after its slot was evicted");
     cr_assert_eq(c->done.cached_tokens, 3, "evicted: only the 3 opening tokens every prompt "

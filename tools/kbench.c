@@ -415,11 +415,14 @@ int main(int argc, char **argv)
     }
     if (argc > 1 && strcmp(argv[1], "gemm") == 0) {
         int reps = argc > 2 ? atoi(argv[2]) : 15;
-        const char *isa = getenv("KBENCH_ISA");
-        if (isa && eng_kernels_set_isa(!strcmp(isa, "avx2")     ? ENG_ISA_AVX2
-                                       : !strcmp(isa, "scalar") ? ENG_ISA_SCALAR
-                                                                : ENG_ISA_AVX512) != 0) {
-            fprintf(stderr, "kbench: this CPU lacks %s\n", isa);
+        const char *name = getenv("KBENCH_ISA");
+        enum eng_isa isa;
+        if (name && eng_isa_parse(name, &isa) != 0) {
+            fprintf(stderr, "kbench: KBENCH_ISA wants scalar, avx2 or avx512, not '%s'\n", name);
+            return 1;
+        }
+        if (name && eng_kernels_set_isa(isa) != 0) {
+            fprintf(stderr, "kbench: this CPU lacks %s\n", name);
             return 1;
         }
         return bench_gemm(reps < 3 ? 3 : reps);

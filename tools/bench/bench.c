@@ -134,11 +134,9 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
                 rc = -1;
             }
             break;
-        case 'i':
-            o->isa = !strcmp(optarg, "scalar") ? ENG_ISA_SCALAR
-                     : !strcmp(optarg, "avx2")  ? ENG_ISA_AVX2
-                     : !strcmp(optarg, "avx512") ? ENG_ISA_AVX512
-                                                 : -1;
+        case 'i': {
+            enum eng_isa isa;
+            o->isa = eng_isa_parse(optarg, &isa) == 0 ? (int)isa : -1;
             if (o->isa < 0) {
                 fprintf(stderr, "minicpmd-bench: --isa wants scalar, avx2 or avx512, not '%s'\n",
                         optarg);
@@ -151,6 +149,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
                 rc = -1;
             }
             break;
+        }
         case 'j':
             o->json = 1;
             break;
