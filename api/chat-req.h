@@ -17,8 +17,8 @@
 
 #include "api/api.h"
 #include "api/text.h"            /* struct api_bad_request */
-#include "engine/chat.h"
-#include "engine/sample.h"
+#include "engine/text/template.h"
+#include "engine/worker/sample.h"
 
 #include <jansson.h>
 #include <stdbool.h>

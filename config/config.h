@@ -70,7 +70,7 @@ struct cfg {
     int sim_runlist_limit;      /* sim: more layer commands than this hang; 0 = none */
     int sim_timeout_ms;         /* sim: how long a hung runlist takes to time out */
     int sim_latency_us;         /* sim: added per command */
-    char *fault;                /* sim: fault-injection spec (engine/fault.h) */
+    char *fault;                /* sim: fault-injection spec (engine/device/fault.h) */
     char *npu_kernels;          /* xrt: the open kernel set's directory; NULL = <pack>/open_kernels */
 
     /* logging */

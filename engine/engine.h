@@ -1,7 +1,7 @@
 /* engine — MiniCPM5 packs and (with the engine issue) their forward pass.
  *
  * This header is what api/ and server/ may use. The device interface lives in
- * engine/device.h and is for the worker and the backends only.
+ * engine/device/device.h and is for the worker and the backends only.
  *
  * Threading: eng_pack_open() does file I/O and may take long on a real pack; the
  * daemon calls it off the event loop. An eng_pack is immutable once open and may be

@@ -5,9 +5,9 @@
 #include "api/api.h"
 #include "config/config.h"
 #include "engine/engine.h"
-#include "engine/sample.h"
-#include "engine/tokenizer.h"
-#include "engine/worker.h"
+#include "engine/worker/sample.h"
+#include "engine/text/tokenizer.h"
+#include "engine/worker/worker.h"
 #include "server/http.h"
 #include "server/metrics.h"
 

@@ -6,7 +6,7 @@
  *   thread pool  render the chat template and tokenize (eng_prompt_build)
  *   loop         check the context, submit to the worker (503 when the queue is
  *                full); a stream answers its headers and first chunk at once
- *   worker       TOKEN events, then one final DONE or ERROR (engine/worker.h),
+ *   worker       TOKEN events, then one final DONE or ERROR (engine/worker/worker.h),
  *                copied and posted to the loop thread through the mailbox
  *   loop         text -> output parser (reasoning / content / tool calls) ->
  *                chunks (stream) or the accumulated message (non-stream)
@@ -16,9 +16,9 @@
  * and the answer is done, whichever comes last (style rule 10). */
 #include "api/chat-req.h"
 #include "api/chat-resp.h"
-#include "engine/outparse.h"
-#include "engine/prompt.h"
-#include "engine/worker.h"
+#include "engine/text/outparse.h"
+#include "engine/text/prompt.h"
+#include "engine/worker/worker.h"
 #include "minicpmd-build.h"
 #include "server/app.h"
 #include "server/chat.h"

@@ -7,7 +7,7 @@
 #include "server/daemon.h"
 
 #include "minicpmd-build.h"
-#include "engine/chat.h"
+#include "engine/text/template.h"
 #include "server/app.h"
 #include "server/chat.h"
 #include "server/listen.h"

@@ -6,9 +6,9 @@
 
 #include "config/config.h"
 #include "engine/engine.h"
-#include "engine/sample.h"
-#include "engine/tokenizer.h"
-#include "engine/worker.h"
+#include "engine/worker/sample.h"
+#include "engine/text/tokenizer.h"
+#include "engine/worker/worker.h"
 
 /* What serving a model needs from its pack: the validated pack and its tokenizer. */
 struct srv_model {

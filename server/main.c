@@ -6,7 +6,7 @@
  */
 #include "config/config.h"
 #include "engine/engine.h"
-#include "engine/xrt/xrt.h"
+#include "engine/device/xrt/xrt.h"
 #include "minicpmd-build.h"
 #include "server/daemon.h"
 #include "server/log.h"
@@ -143,7 +143,7 @@ int main(int argc, char **argv)
     if (loc.warning)
         log_warn("%s", loc.warning);
     /* The NPU: --npu-probe, and the device choice, settled before listening so that
-     * an unusable `--device xrt` exits 2 with one line (engine/xrt/xrt.h). */
+     * an unusable `--device xrt` exits 2 with one line (engine/device/xrt/xrt.h). */
     eng_xrt_configure(&(struct eng_xrt_config){.kernels_dir = cfg.npu_kernels,
                                                .ctx_size = cfg.ctx_size});
     if (cfg.npu_probe) {

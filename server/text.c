@@ -2,7 +2,7 @@
  * model is given, for people debugging prompts. Tokenizing and rendering run on
  * libuv's thread pool, never on the loop thread; the request is deferred meanwhile. */
 #include "api/text.h"
-#include "engine/prompt.h"
+#include "engine/text/prompt.h"
 #include "server/app.h"
 
 #include <stdlib.h>

@@ -4,7 +4,7 @@
  * with jansson so the tests check JSON, not byte strings. */
 #include "api/chat-req.h"
 #include "api/chat-resp.h"
-#include "engine/ert.h"
+#include "engine/device/ert.h"
 #include "tests/utf8.h"
 
 #include "tests/check.h"

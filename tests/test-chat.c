@@ -2,8 +2,8 @@
  * Jinja2 on the official template, and checked by hand), the refusals with their
  * param paths, and the Python value printers. The whole-corpus comparison with
  * Jinja2 is the meson test `chat-template` (tests/chat/compare.py). */
-#include "engine/chat-impl.h"
-#include "engine/chat.h"
+#include "engine/text/template-impl.h"
+#include "engine/text/template.h"
 #include "tests/check.h"
 
 #include <stdlib.h>

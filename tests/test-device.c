@@ -1,4 +1,4 @@
-/* The device interface (engine/device.h): the registry, the cpu backend against
+/* The device interface (engine/device/device.h): the registry, the cpu backend against
  * the plain forward pass for every way of cutting the layers, engine errors as
  * ERROR, and the sim's firmware model — the runlist limit's TIMEOUT at the first
  * command over the limit, "needs reset", a cancellable hang, injected faults at
@@ -8,8 +8,8 @@
  * Packs are generated once per run with minicpmd-pack gen (MINICPMD_PACK) into
  * MINICPMD_TEST_WORK; meson test sets both. */
 #include "minicpmd-build.h"
-#include "engine/device.h"
-#include "engine/model.h"
+#include "engine/device/device.h"
+#include "engine/model/model.h"
 #include "tests/check.h"
 #include "tests/packs.h"
 

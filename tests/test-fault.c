@@ -1,9 +1,9 @@
-/* Fault injection specs (engine/fault.h): the grammar, good and bad, with the
+/* Fault injection specs (engine/device/fault.h): the grammar, good and bad, with the
  * error message; matching against the planner's runlists (a layer hits the
  * runlist that contains it), once / times / every, first match wins; the
  * canonical form parses back to the same fault. */
-#include "engine/fault.h"
-#include "engine/plan.h"
+#include "engine/device/fault.h"
+#include "engine/worker/plan.h"
 #include "tests/check.h"
 
 #include <errno.h>

@@ -14,8 +14,8 @@
  * one with the same 1e-5 bound per (token, row), the AVX2 one bit for bit; the scalar matmul against the
  * scalar matvec token by token, and the batch quantizer against eng_q8x_quantize
  * row by row, bit for bit. */
-#include "engine/kernels-impl.h" /* the VBMI decode kernel, called directly */
-#include "engine/kernels.h"
+#include "engine/kernels/kernels-impl.h" /* the VBMI decode kernel, called directly */
+#include "engine/kernels/kernels.h"
 #include "tests/check.h"
 
 #include <math.h>

@@ -1,8 +1,8 @@
-/* The runlist planner (engine/plan.h): every K for 1, 4 and 42 layers, prompt
+/* The runlist planner (engine/worker/plan.h): every K for 1, 4 and 42 layers, prompt
  * chunking, the adaptive-K policy (halving sequence, give-up, which states adapt),
  * and the remembered-K state file (round trip, several models, corrupt files,
  * missing directories, atomic writes). */
-#include "engine/plan.h"
+#include "engine/worker/plan.h"
 #include "tests/check.h"
 
 #include <dirent.h>

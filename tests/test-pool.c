@@ -3,7 +3,7 @@
  * back regions neither lose nor repeat a region (the wake-up protocol), and the
  * static split covers [0, n) exactly. Sizes beyond the CPU count are tested too:
  * the pool then yields instead of spinning, and must still be correct. */
-#include "engine/pool.h"
+#include "engine/kernels/pool.h"
 #include "tests/check.h"
 
 #include <stdatomic.h>

@@ -7,7 +7,7 @@
  * correct sampler passes for any seed and tight enough that a wrong temperature,
  * cut or renormalisation fails by orders of magnitude. */
 #include "engine/engine.h"
-#include "engine/sample.h"
+#include "engine/worker/sample.h"
 
 #include "tests/check.h"
 #include <errno.h>

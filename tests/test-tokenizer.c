@@ -1,11 +1,11 @@
-/* Unit tests of the tokenizer (engine/tokenizer.h): the byte map, BPE merges and
+/* Unit tests of the tokenizer (engine/text/tokenizer.h): the byte map, BPE merges and
  * added-token flags on a tiny hand-made tokenizer.json (tests/data/), UTF-8 repair,
  * the streaming detokenizer (against the one-shot decode over the whole oracle
  * corpus, split characters, stop strings, flush), refusal of bad files, and
  * concurrent encoding. Agreement with the reference implementation on real
  * tokenizers is the "tokenizer-oracle" test. */
-#include "engine/tok-impl.h"
-#include "engine/tokenizer.h"
+#include "engine/text/tok-impl.h"
+#include "engine/text/tokenizer.h"
 #include "tests/check.h"
 
 #include <jansson.h>

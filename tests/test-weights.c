@@ -1,13 +1,13 @@
-/* Weight files: the safetensors container (engine/safetensors.c), the Q4_1 chunk
- * reader (engine/q4nx.c) and the BF16 conversions (engine/bf16.h).
+/* Weight files: the safetensors container (engine/model/safetensors.c), the Q4_1 chunk
+ * reader (engine/model/q4nx.c) and the BF16 conversions (engine/kernels/bf16.h).
  *
  * Each bad-file case writes a small hand-made file to a temporary directory and
  * checks that eng_st_open() refuses it with NULL, a negative errno and one line
  * naming the file and the problem. The numpy oracle (tests/weights/make_q4nx.py
  * and weights-check.c) checks dequantization against an independent packer. */
-#include "engine/bf16.h"
-#include "engine/q4nx.h"
-#include "engine/safetensors.h"
+#include "engine/kernels/bf16.h"
+#include "engine/model/q4nx.h"
+#include "engine/model/safetensors.h"
 #include "tests/check.h"
 
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* The worker (engine/worker.h) on the `deep` pack (42 layers), driven the way the
+/* The worker (engine/worker/worker.h) on the `deep` pack (42 layers), driven the way the
  * server drives it: requests in, events out through the callback.
  *
  *   - sim with a runlist limit of 36: K=all ends in the structured TIMEOUT error;
@@ -19,7 +19,7 @@
  *   - stop ids, stop strings, max_tokens, a full context, logprobs, bad requests.
  *
  * Packs: generated with minicpmd-pack gen (MINICPMD_PACK) into MINICPMD_TEST_WORK. */
-#include "engine/worker.h"
+#include "engine/worker/worker.h"
 #include "tests/check.h"
 #include "tests/packs.h"
 

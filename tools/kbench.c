@@ -33,9 +33,9 @@
  * weights from DRAM (cycling copies past 512 MB) and
  * from cache (one copy): median GB/s of weight bytes, beside one thread's
  * streaming read. */
-#include "engine/kernels-impl.h" /* decode mode times the per-ISA kernels directly */
-#include "engine/kernels.h"
-#include "engine/pool.h"
+#include "engine/kernels/kernels-impl.h" /* decode mode times the per-ISA kernels directly */
+#include "engine/kernels/kernels.h"
+#include "engine/kernels/pool.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -13,7 +13,7 @@ Two layers, kept apart on purpose:
 
 1. to_template_vars(): what minicpmd does to an OpenAI request *before* the
    template sees it. These are minicpmd's own decisions (the template cannot know
-   OpenAI's wire format) and engine/chat.c implements the same ones:
+   OpenAI's wire format) and engine/text/template.c implements the same ones:
    - role "developer" becomes "system" (OpenAI's newer name for it);
    - content given as an array of parts becomes the concatenation of the text of
      its {"type": "text"} parts, with nothing between them; any other part is

@@ -4,8 +4,8 @@
  * parsed fault is sane, its canonical form parses back to the same fault, and
  * matching it against a few runlists of a 42-layer plan never fires more often
  * than `times` allows. The same bytes also go through eng_ert_parse. */
-#include "engine/fault.h"
-#include "engine/plan.h"
+#include "engine/device/fault.h"
+#include "engine/worker/plan.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -4,8 +4,8 @@
  * I8 [n, 5120] tensor read as Q4_1 chunks. A validation gap shows up as a read
  * outside the mapping (SEGV) or an ASan report. The input lives in a memfd,
  * opened by path through /proc/self/fd, so the real open/fstat/mmap path runs. */
-#include "engine/q4nx.h"
-#include "engine/safetensors.h"
+#include "engine/model/q4nx.h"
+#include "engine/model/safetensors.h"
 
 #include <stdint.h>
 #include <stdio.h>

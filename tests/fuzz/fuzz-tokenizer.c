@@ -9,8 +9,8 @@
  *     normalizer and without lstrip/rstrip, decode(encode(x)) is x itself;
  *   - streamed pieces are valid UTF-8 and concatenate to the one-shot decode;
  *   - with stop strings the stream is a prefix of the one-shot decode. */
-#include "engine/tok-impl.h"
-#include "engine/tokenizer.h"
+#include "engine/text/tok-impl.h"
+#include "engine/text/tokenizer.h"
 
 #include <jansson.h>
 #include <stdio.h>

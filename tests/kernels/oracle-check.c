@@ -8,7 +8,7 @@
  *   rmsnorm, silu:     |y - y64| <= 1e-5 * |y64| + 1e-6 * max|y64|
  *   rope:              |y - y64| <= 1e-5 (inputs in [-1, 1])
  *   softmax:           |y - y64| <= 1e-5 * y64 + 1e-9 */
-#include "engine/kernels.h"
+#include "engine/kernels/kernels.h"
 
 #include <math.h>
 #include <stdio.h>

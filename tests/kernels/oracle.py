@@ -1,4 +1,4 @@
-"""Independent float64 oracle for the CPU kernels (engine/kernels.h).
+"""Independent float64 oracle for the CPU kernels (engine/kernels/kernels.h).
 
 Generates random Q4_1 weights (q, d, m), packs them into 5,120-byte chunks by
 the layout of docs/model-minicpm5.md §3.9 written out here from scratch, and

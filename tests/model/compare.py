@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Meson tests model-ref-*: the C forward pass (engine/model.c, driven by
+"""Meson tests model-ref-*: the C forward pass (engine/model/model.c, driven by
 tests/model/model-run.c) against the independent numpy reference (ref.py), and
 against itself run in different ways.
 

@@ -1,4 +1,4 @@
-/* model-run — drive engine/model.h over a pack and write the logits as JSON, in
+/* model-run — drive engine/model/model.h over a pack and write the logits as JSON, in
  * the shape tests/model/ref.py writes, so compare.py can hold the C forward pass
  * against the numpy reference (and against itself, run differently).
  *
@@ -24,8 +24,8 @@
  * Logits printed with 9 significant digits (float32 round-trips exactly).
  * --isa forces the kernels (eng_kernels_set_isa); exit 77 if the CPU lacks it. */
 #include "engine/engine.h"
-#include "engine/kernels.h"
-#include "engine/model.h"
+#include "engine/kernels/kernels.h"
+#include "engine/model/model.h"
 
 #include <errno.h>
 #include <jansson.h>

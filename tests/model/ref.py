@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """ref.py — an independent numpy reference of the MiniCPM5 (plain Llama) forward
-pass, the oracle that engine/model.c is checked against.
+pass, the oracle that engine/model/model.c is checked against.
 
 Nothing here comes from the C side: the pack is read with this file's own
 safetensors parser (json + struct + numpy), the Q4_1 chunks of model.q4nx are

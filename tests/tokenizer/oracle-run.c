@@ -7,7 +7,7 @@
  * dec / dec_skip: eng_tokenizer_decode without / with skip_special; stream: the same
  * ids through the streaming detokenizer one at a time, pieces concatenated (must
  * equal dec). Exit status 1 on any internal failure. */
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 
 #include <jansson.h>
 #include <stdio.h>

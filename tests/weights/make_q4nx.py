@@ -1,5 +1,5 @@
-"""Independent numpy oracle for the weight-file readers (engine/safetensors.c,
-engine/q4nx.c).
+"""Independent numpy oracle for the weight-file readers (engine/model/safetensors.c,
+engine/model/q4nx.c).
 
 Writes OUTDIR/model.q4nx with a safetensors writer written here (json + struct,
 nothing from the C code): a random BF16 embedding and norm, and Q4_1 matmul

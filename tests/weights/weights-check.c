@@ -8,9 +8,9 @@
  * Exact equality is the right test: both sides round q*d and then +m in float32.
  *
  * Usage: weights-check OUTDIR. Exit 0 when everything matches. */
-#include "engine/bf16.h"
-#include "engine/q4nx.h"
-#include "engine/safetensors.h"
+#include "engine/kernels/bf16.h"
+#include "engine/model/q4nx.h"
+#include "engine/model/safetensors.h"
 
 #include <jansson.h>
 #include <stdint.h>

@@ -1,20 +1,20 @@
 /* The xrt device without an NPU: the kernel-set reader, the host-side layouts the
  * kernels stream (weight pools on the tiny pack, position records, the attnpos
- * instruction patch), and the real bridge (engine/xrt/bridge.cpp) and backend
- * (engine/xrt/dev-xrt.c) compiled against the XRT conformance double
+ * instruction patch), and the real bridge (engine/device/xrt/bridge.cpp) and backend
+ * (engine/device/xrt/dev-xrt.c) compiled against the XRT conformance double
  * (tests/xrt/double): the recorded call sequence of decode steps with K = all / 21
  * / 1, the ERT state and message of every failure the double injects, recovery,
  * the one-run-at-a-time fallback, and --npu-probe.
  *
  * Packs come from minicpmd-pack gen (MINICPMD_PACK) and stand-in kernel sets from
  * tests/xrt/mkkset.py (MINICPMD_MKKSET), under MINICPMD_TEST_WORK. */
-#include "engine/device.h"
-#include "engine/plan.h"
-#include "engine/q4nx.h"
-#include "engine/safetensors.h"
-#include "engine/xrt/kset.h"
-#include "engine/xrt/npu-layout.h"
-#include "engine/xrt/xrt.h"
+#include "engine/device/device.h"
+#include "engine/worker/plan.h"
+#include "engine/model/q4nx.h"
+#include "engine/model/safetensors.h"
+#include "engine/device/xrt/kset.h"
+#include "engine/device/xrt/npu-layout.h"
+#include "engine/device/xrt/xrt.h"
 #include "tests/check.h"
 #include "xrt-double.h"
 

@@ -18,8 +18,8 @@
  *
  * Exit status: 0, or 1 with one line on stderr. */
 #include "engine/engine.h"
-#include "engine/kernels.h"
-#include "engine/model.h"
+#include "engine/kernels/kernels.h"
+#include "engine/model/model.h"
 #include "tools/bench/roof.h"
 
 #include <errno.h>

@@ -20,7 +20,7 @@
 
 #include <stddef.h>
 
-#include "engine/pool.h"
+#include "engine/kernels/pool.h"
 
 enum roof_isa {
     ROOF_ISA_SCALAR = 0, /* plain C, whatever the compiler makes of it */

@@ -6,7 +6,7 @@
  * problems, each one line naming the file and tensor:
  *
  *   error    the engine would refuse or compute something else: unreadable or
- *            corrupt file (engine/safetensors.c validates every header, dtype,
+ *            corrupt file (engine/model/safetensors.c validates every header, dtype,
  *            shape and offset), missing tensor, dtype or shape not matching
  *            config.json, QK-norm in some layers only, a required file missing
  *   warning  loads, but deserves a look: the all-ones q_norm/k_norm shim (§3.5,
@@ -18,7 +18,7 @@
  * Exit 0 without errors (with --strict: without errors or warnings), 1 otherwise,
  * 2 for a usage error. --json prints one JSON object with the same content. */
 #include "engine/engine.h"
-#include "engine/safetensors.h"
+#include "engine/model/safetensors.h"
 #include "tools/pack/fsutil.h"
 #include "tools/pack/layout.h"
 #include "tools/pack/pack.h"

@@ -1,11 +1,11 @@
 /* minicpmd-pack template PACK: an OpenAI chat request (JSON) on stdin, the prompt
  * the daemon would give the model on stdout, byte for byte.
  *
- * The renderer is MiniCPM5-2B's template compiled into C (engine/chat.c), so PACK
+ * The renderer is MiniCPM5-2B's template compiled into C (engine/text/template.c), so PACK
  * is only checked: if it holds a chat_template.jinja (or is one) that is not the
  * official file, the prompt is still rendered, with a warning, because the pack's
  * own template would render differently. */
-#include "engine/chat.h"
+#include "engine/text/template.h"
 #include "tools/pack/pack.h"
 
 #include <errno.h>

@@ -5,7 +5,7 @@
  * (its tokenizer.json is used) or a tokenizer.json itself. Special tokens in the
  * text are matched, as for a rendered chat prompt; --no-special treats them as text.
  * --bench encodes stdin repeatedly for about two seconds and prints MB/s on stderr. */
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 #include "tools/pack/pack.h"
 
 #include <jansson.h>

@@ -1,6 +1,6 @@
 /* The weight files of a pack or a Hugging Face checkpoint as one set of
  * safetensors files: model.q4nx, model.safetensors, or the shards listed by
- * model.safetensors.index.json. Every file is opened with engine/safetensors.h,
+ * model.safetensors.index.json. Every file is opened with engine/model/safetensors.h,
  * so it is mapped (never read into memory) and validated before use. */
 #ifndef MINICPMD_TOOLS_PACK_ST_SET_H
 #define MINICPMD_TOOLS_PACK_ST_SET_H
@@ -8,7 +8,7 @@
 #include <jansson.h>
 #include <stddef.h>
 
-#include "engine/safetensors.h"
+#include "engine/model/safetensors.h"
 
 enum st_set_kind { ST_SET_Q4NX, ST_SET_HF, ST_SET_HF_SHARDED };
 
@@ -21,7 +21,7 @@ struct st_set {
     json_t *weight_map;        /* sharded: {tensor: file name}; else NULL */
 };
 
-/* Which weights `dir` holds, with the engine's preference (engine/pack.c):
+/* Which weights `dir` holds, with the engine's preference (engine/model/pack.c):
  * model.q4nx, then model.safetensors, then the sharded index. Returns 0, or
  * -ENOENT with a message naming the files looked for. */
 int st_set_detect(const char *dir, enum st_set_kind *kind, char *err, size_t errlen);

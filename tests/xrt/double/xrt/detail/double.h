@@ -1,4 +1,4 @@
-// The conformance double: exactly the XRT C++ surface engine/xrt/bridge.cpp uses,
+// The conformance double: exactly the XRT C++ surface engine/device/xrt/bridge.cpp uses,
 // with the names and signatures of XRT's public headers, so CI compiles the real
 // bridge source against it and runs it without XRT or an NPU.
 //

@@ -1,0 +1,196 @@
+/* The device registry and the wrappers: the only code that reads eng_device.iface.
+ *
+ * The wrappers check arguments (programmer errors abort through assert) and stand
+ * in for (optional) members a backend leaves NULL, so neither the worker nor a
+ * test ever tests a function pointer. */
+#include "engine/device/device.h"
+#include "engine/err.h"
+#include "minicpmd-build.h"
+#if MINICPMD_HAVE_XRT
+#include "engine/device/xrt/xrt.h"
+#endif
+
+#include <assert.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- registry ------------------------------------------------------------------ */
+
+struct device_reg {
+    const char *name;
+    int (*open)(const struct eng_device_opts *o, struct eng_device **out, char *err,
+                size_t errlen);
+    bool in_auto;   /* may "auto" pick it? (the sim never: it is a test device) */
+};
+
+/* cpu last: the fallback of "auto". An xrt backend goes before it when built. */
+static const struct device_reg registry[] = {
+    {"sim", eng__device_sim_open, false},
+#if MINICPMD_HAVE_XRT
+    /* Not in "auto" here: only with the pack can one tell whether a kernel set
+     * matches, so main() decides auto for the daemon (eng_xrt_preflight). */
+    {"xrt", eng__device_xrt_open, false},
+#endif
+    {"cpu", eng__device_cpu_open, true},
+};
+#define N_REG (sizeof registry / sizeof *registry)
+
+const char *eng_device_reg_name(size_t i)
+{
+    return i < N_REG ? registry[i].name : NULL;
+}
+
+int eng_device_open(const char *name, const struct eng_device_opts *o, struct eng_device **out,
+                    char *err, size_t errlen)
+{
+    static const struct eng_device_opts defaults = {0};
+    assert(out);
+    *out = NULL;
+    if (!o)
+        o = &defaults;
+    bool any = !name || strcmp(name, "auto") == 0;
+    int rc = -ENOENT;
+    for (size_t i = 0; i < N_REG; i++) {
+        if (any ? !registry[i].in_auto : strcmp(name, registry[i].name) != 0)
+            continue;
+        rc = registry[i].open(o, out, err, errlen);
+        if (rc == 0 || !any)
+            return rc;
+    }
+    if (rc != -ENOENT)
+        return rc;
+    char names[128] = "";
+    for (size_t i = 0; i < N_REG; i++) {
+        size_t used = strlen(names);
+        snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "", registry[i].name);
+    }
+    return eng__fail(err, errlen, -ENOENT, "unknown device '%s' (known: auto, %s)",
+                     name ? name : "(null)", names);
+}
+
+void eng_device_free(struct eng_device *d)
+{
+    if (!d)
+        return;
+    d->iface->close(d->context);  /* frees d too: the backend allocated it */
+}
+
+/* ---- wrappers -------------------------------------------------------------------- */
+
+const char *eng_device_get_name(const struct eng_device *d)
+{
+    assert(d && d->iface->get_name);
+    return d->iface->get_name(d->context);
+}
+
+const char *eng_device_get_description(const struct eng_device *d)
+{
+    assert(d);
+    if (!d->iface->get_description)
+        return eng_device_get_name(d);
+    return d->iface->get_description(d->context);
+}
+
+int eng_device_default_k(const struct eng_device *d)
+{
+    assert(d);
+    if (!d->iface->default_k)
+        return ENG_PLAN_ALL;
+    int k = d->iface->default_k(d->context);
+    return k >= 1 ? k : ENG_PLAN_ALL;
+}
+
+int eng_device_max_batch(const struct eng_device *d)
+{
+    assert(d);
+    if (!d->iface->max_batch)
+        return 0;
+    int n = d->iface->max_batch(d->context);
+    return n > 0 ? n : 0;
+}
+
+int eng_device_load_model(struct eng_device *d, const eng_pack *pack, char *err, size_t errlen)
+{
+    assert(d && pack);
+    return d->iface->load_model(d->context, pack, err, errlen);
+}
+
+int eng_device_max_seqs(const struct eng_device *d)
+{
+    assert(d);
+    int n = d->iface->max_seqs ? d->iface->max_seqs(d->context) : 1;
+    return n > 1 ? n : 1;
+}
+
+int eng_device_seq_begin(struct eng_device *d, int n_ctx, eng_device_seq **out, char *err,
+                         size_t errlen)
+{
+    assert(d && out);
+    *out = NULL;
+    if (n_ctx < 1)
+        return eng__fail(err, errlen, -EINVAL, "sequence of %d positions: must be >= 1", n_ctx);
+    return d->iface->seq_begin(d->context, n_ctx, out, err, errlen);
+}
+
+void eng_device_seq_end(struct eng_device *d, eng_device_seq *seq)
+{
+    assert(d);
+    if (seq)
+        d->iface->seq_end(d->context, seq);
+}
+
+void eng_device_seq_truncate(struct eng_device *d, eng_device_seq *seq, int n)
+{
+    assert(d && seq && n >= 0);
+    d->iface->seq_truncate(d->context, seq, n);
+}
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int eng_device_run_runlist(struct eng_device *d, eng_device_seq *seq, const struct eng_runlist *rl,
+                           const struct eng_batch *b, struct eng_run_result *out)
+{
+    assert(d && seq && rl && b && out);
+    assert(rl->n_cmds >= 1 && b->n_tokens >= 1 && b->tokens);
+    *out = (struct eng_run_result){.state = ENG_ERT_COMPLETED, .failed_cmd = -1,
+                                   .failed_layer = -1};
+    int64_t t0 = now_us();
+    d->iface->run_runlist(d->context, seq, rl, b, out);
+    out->elapsed_us = now_us() - t0;
+    if (eng_ert_is_success(out->state)) {
+        out->failed_cmd = -1;
+        out->failed_layer = -1;
+        out->message[0] = '\0';
+        return 0;
+    }
+    if (out->failed_cmd >= 0 && out->failed_cmd < rl->n_cmds && out->failed_layer < 0 &&
+        rl->cmds[out->failed_cmd].kind == ENG_CMD_LAYER)
+        out->failed_layer = rl->cmds[out->failed_cmd].layer;
+    if (!out->message[0])
+        snprintf(out->message, sizeof out->message, "runlist %d ended in %s", rl->index,
+                 eng_ert_name(out->state));
+    return -EIO;
+}
+
+int eng_device_reset(struct eng_device *d, char *err, size_t errlen)
+{
+    assert(d);
+    if (!d->iface->reset)
+        return 0;
+    return d->iface->reset(d->context, err, errlen);
+}
+
+void eng_device_get_stats(const struct eng_device *d, struct eng_device_stats *out)
+{
+    assert(d && out);
+    *out = (struct eng_device_stats){0};
+    if (d->iface->get_stats)
+        d->iface->get_stats(d->context, out);
+}

@@ -1,0 +1,180 @@
+/* device — the interface every backend (cpu, sim, xrt) implements, for the worker.
+ *
+ * A device is a driver: open it, load a model into it, begin a sequence (its KV
+ * slots), run one runlist at a time, reset it after a fault, close it. A runlist
+ * (engine/worker/plan.h) is an ordered list of commands — EMBED, LAYER i, HEAD — over one
+ * batch of positions; running it ends in an XRT command state (engine/device/ert.h), and
+ * only ENG_ERT_COMPLETED is success.
+ *
+ * Shape: `struct eng_device` is a `const struct eng_device_i *` of function
+ * pointers plus the backend's `void *context`. Only the eng_device_* wrappers
+ * below read `iface`; they assert their arguments and stand in for (optional)
+ * members left NULL, so a caller never tests a pointer.
+ *
+ * Backends are found by name in a small registry (eng_device_open); cpu is
+ * registered last, as the fallback of "auto".
+ *
+ * Threading: a device, its model and its sequences belong to one thread at a time
+ * (the worker). The one exception is the cancel flag of a batch, which any thread
+ * may set while a runlist runs (see struct eng_batch).
+ *
+ * Not for api/ or server/: they see the worker (engine/worker/worker.h), not devices. */
+#ifndef MINICPMD_ENGINE_DEVICE_H
+#define MINICPMD_ENGINE_DEVICE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/engine.h"
+#include "engine/device/ert.h"
+#include "engine/device/fault.h"
+#include "engine/model/model.h"
+#include "engine/worker/plan.h"
+
+/* A sequence on a device: its KV cache. Opaque; each backend defines it. */
+typedef struct eng_device_seq eng_device_seq;
+
+/* The positions one runlist works on. Caller storage; borrowed for one run. */
+struct eng_batch {
+    const int32_t *tokens;      /* (n_tokens) ids; read by EMBED */
+    int n_tokens;               /* >= 1; 1 in decode */
+    float *logits;              /* (n_vocab) written by HEAD for the batch's last
+                                   position; NULL: HEAD commits the batch to the KV
+                                   cache without computing logits */
+    /* Where the batch sits in its request, for fault matching and messages: */
+    enum eng_phase phase;
+    int token_index;            /* prefill: the index of the batch's first prompt
+                                   token; decode: the decode step, 0 = the first
+                                   (the coordinates of fault.h's `token=`) */
+    /* (optional) Set by any thread to ask the device to stop waiting: a device that
+     * waits (the sim's hang, a real NPU's wait) polls it and ends the run early in
+     * ENG_ERT_ABORT. NULL = never. */
+    const atomic_bool *cancel;
+};
+
+/* How a runlist ended. */
+struct eng_run_result {
+    enum eng_ert_state state;   /* only ENG_ERT_COMPLETED is success */
+    int failed_cmd;             /* index in rl->cmds of the command that failed; -1 when
+                                   COMPLETED or unknown */
+    int failed_layer;           /* that command's layer, -1 for EMBED/HEAD or unknown */
+    int64_t elapsed_us;         /* from submission to the final state (measured by
+                                   eng_device_run_runlist, backends leave it) */
+    char message[160];          /* one line, empty when COMPLETED */
+};
+
+/* Counters a device keeps (all zero when it keeps none). */
+struct eng_device_stats {
+    uint64_t runlists;          /* run_runlist calls */
+    uint64_t failed;            /* of those, not COMPLETED */
+    uint64_t resets;            /* reset calls that succeeded */
+    uint64_t faults_fired;      /* sim: injected faults that fired */
+    uint64_t hangs;             /* sim: runlists over the limit */
+};
+
+/* What eng_device_open gives a backend. Zero ({0}) is a sane default for each. */
+struct eng_device_opts {
+    /* cpu and sim (the model they compute with) */
+    int n_threads;              /* compute pool size; <= 0: online CPUs */
+    enum eng_act act;           /* ENG_ACT_Q8 (default) or ENG_ACT_F32 */
+    enum eng_qk_norm qk_norm;
+    void (*warn)(void *ctx, const char *msg);   /* model warnings; may be NULL */
+    void *warn_ctx;
+
+    /* sim: the model of NPU firmware */
+    int sim_runlist_limit;      /* a runlist with more LAYER commands runs nothing, hangs
+                                   sim_timeout_ms and ends in TIMEOUT; failed_cmd is the
+                                   first LAYER command over the limit; 0 = no limit */
+    int sim_timeout_ms;         /* how long a hang lasts before TIMEOUT; 0 = at once */
+    int sim_latency_us;         /* slept per command */
+    const struct eng_fault_list *faults; /* injected faults; copied at open; NULL = none */
+};
+
+/* The backend's functions. `ctx` is eng_device.context. */
+struct eng_device_i {
+    /* Short name: "cpu", "sim"; also the device id of the remembered K. */
+    const char *(*get_name)(void *ctx);
+    /* One line for logs and /health, e.g. "sim: cpu (avx512-vnni) behind a runlist
+     * limit of 36 layers, 2000 ms timeout". Valid until close. */
+    const char *(*get_description)(void *ctx);
+    /* The K the planner's AUTO starts from: ENG_PLAN_ALL or >= 1. */
+    int (*default_k)(void *ctx);
+    /* Positions one batch may hold; 0 = no limit. (optional) */
+    int (*max_batch)(void *ctx);
+    /* Sequences that may exist at once, each with its own KV cache; the worker keeps
+     * that many prompt-cache slots. (optional: 1) */
+    int (*max_seqs)(void *ctx);
+    /* Map/upload the pack's weights (the pack must outlive the device). */
+    int (*load_model)(void *ctx, const eng_pack *pack, char *err, size_t errlen);
+    /* A sequence with room for n_ctx positions. */
+    int (*seq_begin)(void *ctx, int n_ctx, eng_device_seq **out, char *err, size_t errlen);
+    void (*seq_end)(void *ctx, eng_device_seq *seq);
+    /* Drop positions n.. and any batch in flight (0 after a fault: the KV is lost). */
+    void (*seq_truncate)(void *ctx, eng_device_seq *seq, int n);
+    /* Run one runlist to its final state; fills *out (always). */
+    void (*run_runlist)(void *ctx, eng_device_seq *seq, const struct eng_runlist *rl,
+                        const struct eng_batch *b, struct eng_run_result *out);
+    /* Bring the device back after a failed runlist. (optional: nothing to do) */
+    int (*reset)(void *ctx, char *err, size_t errlen);
+    /* Its counters. (optional: all zero) */
+    void (*get_stats)(void *ctx, struct eng_device_stats *out);
+    /* Free everything; sequences must have ended. */
+    void (*close)(void *ctx);
+};
+
+struct eng_device {
+    const struct eng_device_i *iface;
+    void *context;
+};
+
+/* ---- opening ------------------------------------------------------------------ */
+
+/* Open the backend called `name` ("cpu", "sim"; "auto" or NULL: the first
+ * registered backend that opens, cpu last). Returns 0 and a device the caller
+ * closes with eng_device_free(), or -ENOENT (no such backend; err lists the
+ * names), -EINVAL (bad options) or -ENOMEM, with a one-line reason in err. */
+int eng_device_open(const char *name, const struct eng_device_opts *o, struct eng_device **out,
+                    char *err, size_t errlen);
+
+/* Close the device (NULL is fine). Its sequences must have ended. */
+void eng_device_free(struct eng_device *d);
+
+/* The registered backends, in registry order: the name of backend i, or NULL past
+ * the last. */
+const char *eng_device_reg_name(size_t i);
+
+/* ---- the wrappers (the only readers of iface) --------------------------------- */
+
+const char *eng_device_get_name(const struct eng_device *d);
+const char *eng_device_get_description(const struct eng_device *d);
+int eng_device_default_k(const struct eng_device *d);
+int eng_device_max_batch(const struct eng_device *d);        /* 0 = no limit */
+int eng_device_max_seqs(const struct eng_device *d);         /* >= 1 */
+int eng_device_load_model(struct eng_device *d, const eng_pack *pack, char *err, size_t errlen);
+int eng_device_seq_begin(struct eng_device *d, int n_ctx, eng_device_seq **out, char *err,
+                         size_t errlen);
+void eng_device_seq_end(struct eng_device *d, eng_device_seq *seq);   /* NULL seq is fine */
+void eng_device_seq_truncate(struct eng_device *d, eng_device_seq *seq, int n);
+
+/* Run `rl` over batch `b` and wait for its final state. Always fills *out.
+ * Returns 0 when out->state is ENG_ERT_COMPLETED, -EIO otherwise. A device that
+ * failed a runlist may refuse to run another until eng_device_reset(). */
+int eng_device_run_runlist(struct eng_device *d, eng_device_seq *seq, const struct eng_runlist *rl,
+                           const struct eng_batch *b, struct eng_run_result *out);
+
+/* Reset after a failed runlist. Returns 0 (also when the backend has nothing to
+ * reset) or negative when the device could not recover (err says why). */
+int eng_device_reset(struct eng_device *d, char *err, size_t errlen);
+
+void eng_device_get_stats(const struct eng_device *d, struct eng_device_stats *out);
+
+/* ---- backends (device.c's registry calls these) ------------------------------- */
+
+int eng__device_cpu_open(const struct eng_device_opts *o, struct eng_device **out, char *err,
+                         size_t errlen);
+int eng__device_sim_open(const struct eng_device_opts *o, struct eng_device **out, char *err,
+                         size_t errlen);
+
+#endif

@@ -1,0 +1,564 @@
+/* The xrt device: MiniCPM5 decode on an XDNA 2 NPU through the open dense kernels
+ * (docs/npu-kernels.md), driven through the C++ bridge (bridge.h).
+ *
+ * Load (before the device is touched): find the kernel set (--npu-kernels or
+ * <pack>/open_kernels), parse manifest.json, check it against the model and check
+ * that every file it names exists. Then: open the NPU, one hw_context per xclbin the
+ * layer program and the tail use, each kernel's instruction BO, the globals (xres,
+ * logits, the lm_head pool, the final norm, the position table…), per layer its
+ * weight pool (packed from model.q4nx in the kernels' byte order), consts, act and
+ * KV state, and one xrt::run per layer and per tail step, kept for the device's
+ * life.
+ *
+ * A runlist of the plan (engine/worker/plan.h) maps onto the NPU like this:
+ *
+ *   EMBED            host: the token's BF16 embedding row -> xres (f32), sync; and,
+ *                    once per token, the attnpos patch of every attnpos kernel's
+ *                    instruction stream for the token's position, sync
+ *   LAYER a .. b-1   the runs of layers a..b-1 as ONE xrt::runlist (one hw_context),
+ *                    executed and waited before anything else is submitted
+ *   HEAD             with logits: run ln, then lm (each its own context and
+ *                    submission), sync logits back; the position joins the sequence
+ *
+ * Failures (bridge.h maps every XRT exception to an ERT state) leave the device in
+ * a failed state: every runlist ends in ERROR until reset(), which waits out what
+ * is still in flight and resets the runlists (amdxdna recreates its firmware
+ * context by itself, docs/npu-xrt.md §1d); the sequence's KV is then lost.
+ *
+ * One position per batch (the dx design decodes one token): prefill runs token by
+ * token, as OpenFlowLM-Next's default sequential route does (§4). One sequence at
+ * a time. */
+#include "engine/device/device.h"
+#include "engine/err.h"
+#include "engine/device/xrt/bridge.h"
+#include "engine/device/xrt/kset.h"
+#include "engine/device/xrt/npu-layout.h"
+#include "engine/device/xrt/xrt-impl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { LB_POOL, LB_CONSTS, LB_ACT, LB_STATE, LB_N };
+
+struct xrt_dev {
+    struct eng_device dev;       /* dev.context points back here */
+    struct eng_xrt_config cfg;
+    char kernels_dir[4096];
+    xrtb_dev *b;
+    struct eng_kset ks;
+    eng_st *st;
+    int n_layers, hidden, n_vocab, capacity;
+    int *ctx_of;                 /* per kset context: bridge id, -1 = not loaded */
+    int *kern_of;                /* per kset kernel: bridge id, -1 */
+    struct eng_npu_patch (*patch)[4];  /* per kset kernel with attnpos */
+    int *glob_bo;                /* per kset global */
+    int *layer_bo;               /* (n_layers, LB_N) */
+    int *layer_run;              /* (n_layers) */
+    int tail_run[2];
+    int xres, logits;            /* global indices */
+    bool loaded, needs_reset, seq_open;
+    int seq_len;
+    enum eng_ert_state last_failure;
+    struct eng_device_stats stats;
+    char desc[320];
+};
+
+struct eng_device_seq {
+    int n_ctx;
+};
+
+static const char *x_get_name(void *ctx)
+{
+    (void)ctx;
+    return "xrt";
+}
+
+static const char *x_get_description(void *ctx)
+{
+    struct xrt_dev *x = ctx;
+    return x->desc;
+}
+
+/* The fewest runlists of at most 24 layers (XRT's own chain size, one ERT_CMD_CHAIN
+ * each, docs/npu-xrt.md §1a), balanced: 42 layers -> 21 + 21. The host waits
+ * between them, which is what changes what the driver sees. */
+static int x_default_k(void *ctx)
+{
+    struct xrt_dev *x = ctx;
+    if (!x->loaded)
+        return 24;
+    int chunks = (x->n_layers + 23) / 24;
+    return (x->n_layers + chunks - 1) / chunks;
+}
+
+static int x_max_batch(void *ctx)
+{
+    (void)ctx;
+    return 1;
+}
+
+/* ---- loading -------------------------------------------------------------------- */
+
+static int read_words(const char *path, uint32_t **out, size_t *n, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return eng__fail(err, errlen, -errno, "%s: %s", path, strerror(errno));
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    if (sz <= 0 || sz % 4) {
+        fclose(f);
+        return eng__fail(err, errlen, -EINVAL, "%s: not a whole number of 32-bit words", path);
+    }
+    uint32_t *w = malloc((size_t)sz);
+    if (!w || fread(w, 1, (size_t)sz, f) != (size_t)sz) {
+        free(w);
+        fclose(f);
+        return eng__fail(err, errlen, -EIO, "%s: cannot read", path);
+    }
+    fclose(f);
+    *out = w;
+    *n = (size_t)sz / 4;
+    return 0;
+}
+
+static int load_kernel(struct xrt_dev *x, int ki, char *err, size_t errlen)
+{
+    if (x->kern_of[ki] >= 0)
+        return 0;
+    const struct eng_kset_kernel *k = &x->ks.kernels[ki];
+    char path[4200];
+    int rc, ci = k->context;
+    if (x->ctx_of[ci] < 0) {
+        snprintf(path, sizeof path, "%s/%s", x->ks.dir, x->ks.contexts[ci].xclbin);
+        if ((rc = xrtb_context(x->b, path, &x->ctx_of[ci], err, errlen)))
+            return rc;
+    }
+    uint32_t *w = NULL;
+    size_t n = 0;
+    snprintf(path, sizeof path, "%s/%s", x->ks.dir, k->insts);
+    if ((rc = read_words(path, &w, &n, err, errlen)))
+        return rc;
+    if (k->attnpos) {
+        char e2[200];
+        if ((rc = eng_npu_attn_table(w, n, x->ks.kv_row, x->patch[ki], e2, sizeof e2))) {
+            free(w);
+            return eng__fail(err, errlen, rc, "%s: %s", path, e2);
+        }
+    }
+    rc = xrtb_kernel(x->b, x->ctx_of[ci], w, n, &x->kern_of[ki], err, errlen);
+    free(w);
+    return rc;
+}
+
+/* The bridge BO of buffer argument `name` for layer l (-1 for the tail). */
+static int arg_bo(struct xrt_dev *x, const char *name, int l)
+{
+    static const char *const per_layer[LB_N] = {"pool", "consts", "act", "state"};
+    for (int i = 0; i < LB_N; i++)
+        if (l >= 0 && strcmp(name, per_layer[i]) == 0)
+            return x->layer_bo[l * LB_N + i];
+    for (int g = 0; g < x->ks.n_globals; g++)
+        if (strcmp(x->ks.globals[g].name, name) == 0)
+            return x->glob_bo[g];
+    return -1;
+}
+
+static int make_run(struct xrt_dev *x, const struct eng_kset_step *s, int l, int *out, char *err,
+                    size_t errlen)
+{
+    int bos[ENG_KSET_MAX_ARGS];
+    for (int i = 0; i < s->n_args; i++)
+        if ((bos[i] = arg_bo(x, s->args[i], l)) < 0)
+            return eng__fail(err, errlen, -EINVAL, "%s: run of kernel %s names buffer '%s', "
+                             "which is neither per-layer nor a global", x->ks.manifest_path,
+                             x->ks.kernels[s->kernel].name, s->args[i]);
+    return xrtb_run(x->b, x->kern_of[s->kernel], bos, s->n_args, out, err, errlen);
+}
+
+static int sync_to(struct xrt_dev *x, int bo, char *err, size_t errlen)
+{
+    return xrtb_bo_sync(x->b, bo, true, 0, 0, err, errlen);
+}
+
+static int alloc_globals(struct xrt_dev *x, char *err, size_t errlen)
+{
+    int rc;
+    x->xres = x->logits = -1;
+    for (int g = 0; g < x->ks.n_globals; g++) {
+        const struct eng_kset_global *gl = &x->ks.globals[g];
+        size_t bytes = gl->bytes ? gl->bytes : (size_t)x->capacity * gl->per_row;
+        if ((rc = xrtb_bo(x->b, bytes, &x->glob_bo[g], err, errlen)))
+            return rc;
+        uint8_t *m = xrtb_bo_map(x->b, x->glob_bo[g]);
+        size_t cap = xrtb_bo_size(x->b, x->glob_bo[g]);
+        if (!gl->bytes) {
+            if (512 + 8 * (size_t)gl->n_inv_freq > gl->per_row)
+                return eng__fail(err, errlen, -EINVAL, "%s: global %s: %d frequencies do not "
+                                 "fit a %llu-byte record", x->ks.manifest_path, gl->name,
+                                 gl->n_inv_freq, (unsigned long long)gl->per_row);
+            eng_npu_ptab(m, x->capacity, gl->per_row, gl->inv_freq, gl->n_inv_freq, gl->window);
+        } else if (strcmp(gl->name, "lmpool") == 0) {
+            if ((rc = eng_npu_pack(x->st, x->ks.lm_ops, x->ks.n_lm_ops, 0, m, cap, err, errlen)))
+                return rc;
+        } else if (strcmp(gl->name, "normw") == 0) {
+            struct eng_kset_op put = {.kind = ENG_KSET_OP_PUT, .cap = x->ks.norm_bytes};
+            snprintf(put.tensor, sizeof put.tensor, "%s", x->ks.norm_tensor);
+            if ((rc = eng_npu_pack(x->st, &put, 1, 0, m, cap, err, errlen)))
+                return rc;
+        }
+        if (strcmp(gl->name, "xres") == 0)
+            x->xres = g;
+        if (strcmp(gl->name, "logits") == 0)
+            x->logits = g;
+        if ((rc = sync_to(x, x->glob_bo[g], err, errlen)))
+            return rc;
+    }
+    if (x->xres < 0 || x->logits < 0)
+        return eng__fail(err, errlen, -EINVAL, "%s: globals lack xres or logits",
+                         x->ks.manifest_path);
+    if (x->ks.globals[x->logits].bytes < (uint64_t)x->n_vocab * 4 ||
+        x->ks.globals[x->xres].bytes < (uint64_t)x->hidden * 4)
+        return eng__fail(err, errlen, -EINVAL, "%s: xres or logits is too small for the model",
+                         x->ks.manifest_path);
+    return 0;
+}
+
+static int alloc_layers(struct xrt_dev *x, char *err, size_t errlen)
+{
+    int rc;
+    for (int l = 0; l < x->n_layers; l++) {
+        int *bo = &x->layer_bo[l * LB_N];
+        size_t sizes[LB_N] = {x->ks.pool_bytes, x->ks.consts_bytes, x->ks.act_bytes,
+                              (size_t)x->capacity * x->ks.state_row};
+        for (int i = 0; i < LB_N; i++)
+            if ((rc = xrtb_bo(x->b, sizes[i], &bo[i], err, errlen)))
+                return rc;
+        if ((rc = eng_npu_pack(x->st, x->ks.pool_ops, x->ks.n_pool_ops, l,
+                               xrtb_bo_map(x->b, bo[LB_POOL]), xrtb_bo_size(x->b, bo[LB_POOL]),
+                               err, errlen)) ||
+            (rc = eng_npu_pack(x->st, x->ks.consts_ops, x->ks.n_consts_ops, l,
+                               xrtb_bo_map(x->b, bo[LB_CONSTS]),
+                               xrtb_bo_size(x->b, bo[LB_CONSTS]), err, errlen)))
+            return rc;
+        for (int i = 0; i < LB_N; i++)
+            if ((rc = sync_to(x, bo[i], err, errlen)))
+                return rc;
+    }
+    return 0;
+}
+
+static void describe(struct xrt_dev *x)
+{
+    snprintf(x->desc, sizeof x->desc,
+             "xrt: NPU through %s, kernel set %.120s (%s, %d layers), %s, %d KV rows, host "
+             "timeout %d ms", xrtb_version(), x->ks.dir, x->ks.family, x->ks.n_layers,
+             x->cfg.no_runlist ? "one run at a time" : "layer runlists", x->capacity,
+             x->cfg.timeout_ms);
+}
+
+static int x_load_model(void *ctx, const eng_pack *pack, char *err, size_t errlen)
+{
+    struct xrt_dev *x = ctx;
+    const struct eng_pack_info *pi = eng_pack_get_info(pack);
+    char path[4200];
+    int rc;
+    if (x->loaded)
+        return eng__fail(err, errlen, -EINVAL, "xrt device: a model is already loaded");
+
+    /* 1. The kernel set, checked against the model, before the device. */
+    if ((rc = eng_kset_locate(x->cfg.kernels_dir, pi->dir, x->kernels_dir, sizeof x->kernels_dir,
+                              err, errlen)) ||
+        (rc = eng_kset_load(x->kernels_dir, &x->ks, err, errlen)) ||
+        (rc = eng_kset_check_model(&x->ks, pack, err, errlen)) ||
+        (rc = eng_kset_check_files(&x->ks, err, errlen)))
+        return rc;
+    x->n_layers = pi->hp.n_layers;
+    x->hidden = pi->hp.n_embd;
+    x->n_vocab = pi->hp.n_vocab;
+    x->capacity = x->cfg.ctx_size > 0 ? x->cfg.ctx_size
+                  : pi->hp.n_ctx_train < x->ks.max_ctx_default ? pi->hp.n_ctx_train
+                                                               : x->ks.max_ctx_default;
+    snprintf(path, sizeof path, "%s/model.q4nx", pi->dir);
+    if ((rc = eng_st_open(path, &x->st, err, errlen)))
+        return rc;
+
+    size_t nk = (size_t)x->ks.n_kernels, nc = (size_t)x->ks.n_contexts;
+    x->ctx_of = malloc(nc * sizeof *x->ctx_of);
+    x->kern_of = malloc(nk * sizeof *x->kern_of);
+    x->patch = calloc(nk, sizeof *x->patch);
+    x->glob_bo = malloc((size_t)x->ks.n_globals * sizeof *x->glob_bo + 1);
+    x->layer_bo = malloc((size_t)x->n_layers * LB_N * sizeof *x->layer_bo);
+    x->layer_run = malloc((size_t)x->n_layers * sizeof *x->layer_run);
+    if (!x->ctx_of || !x->kern_of || !x->patch || !x->glob_bo || !x->layer_bo || !x->layer_run)
+        return eng__fail(err, errlen, -ENOMEM, "xrt device: out of memory");
+    for (size_t i = 0; i < nc; i++)
+        x->ctx_of[i] = -1;
+    for (size_t i = 0; i < nk; i++)
+        x->kern_of[i] = -1;
+
+    /* 2. The device. */
+    struct xrtb_opts bo = {.device_index = 0, .no_runlist = x->cfg.no_runlist};
+    char e2[300];
+    if ((rc = xrtb_open(&bo, &x->b, e2, sizeof e2)))
+        return eng__fail(err, errlen, rc, "xrt device: cannot open the NPU: %s", e2);
+    if ((rc = load_kernel(x, x->ks.layer_step.kernel, err, errlen)))
+        return rc;
+    for (int i = 0; i < x->ks.n_tail; i++)
+        if ((rc = load_kernel(x, x->ks.tail[i].kernel, err, errlen)))
+            return rc;
+    if ((rc = alloc_globals(x, err, errlen)) || (rc = alloc_layers(x, err, errlen)))
+        return rc;
+    for (int l = 0; l < x->n_layers; l++)
+        if ((rc = make_run(x, &x->ks.layer_step, l, &x->layer_run[l], err, errlen)))
+            return rc;
+    for (int i = 0; i < x->ks.n_tail; i++)
+        if ((rc = make_run(x, &x->ks.tail[i], -1, &x->tail_run[i], err, errlen)))
+            return rc;
+    x->loaded = true;
+    describe(x);
+    return 0;
+}
+
+/* ---- sequences ------------------------------------------------------------------ */
+
+static int x_seq_begin(void *ctx, int n_ctx, eng_device_seq **out, char *err, size_t errlen)
+{
+    struct xrt_dev *x = ctx;
+    if (!x->loaded)
+        return eng__fail(err, errlen, -EINVAL, "xrt device: no model loaded");
+    if (x->seq_open)
+        return eng__fail(err, errlen, -EBUSY, "xrt device: one sequence at a time");
+    if (n_ctx > x->capacity)
+        return eng__fail(err, errlen, -EINVAL,
+                         "xrt device: a context of %d positions does not fit the %d KV rows "
+                         "allocated on the NPU (pass --ctx-size %d or less)", n_ctx, x->capacity,
+                         x->capacity);
+    struct eng_device_seq *s = calloc(1, sizeof *s);
+    if (!s)
+        return eng__fail(err, errlen, -ENOMEM, "xrt device: out of memory");
+    s->n_ctx = n_ctx;
+    x->seq_open = true;
+    x->seq_len = 0;
+    *out = s;
+    return 0;
+}
+
+static void x_seq_end(void *ctx, eng_device_seq *s)
+{
+    struct xrt_dev *x = ctx;
+    x->seq_open = false;
+    x->seq_len = 0;
+    free(s);
+}
+
+static void x_seq_truncate(void *ctx, eng_device_seq *s, int n)
+{
+    struct xrt_dev *x = ctx;
+    (void)s;
+    if (n < x->seq_len)
+        x->seq_len = n;
+}
+
+/* ---- running -------------------------------------------------------------------- */
+
+static bool cancelled(const void *arg)
+{
+    return atomic_load((const atomic_bool *)arg);
+}
+
+static void fail(struct xrt_dev *x, struct eng_run_result *out, int state, int cmd,
+                 const char *msg)
+{
+    out->state = (enum eng_ert_state)state;
+    out->failed_cmd = cmd;
+    snprintf(out->message, sizeof out->message, "%.159s", msg);
+    x->needs_reset = true;
+    x->last_failure = out->state;
+    x->stats.failed++;
+}
+
+static void fail_status(struct xrt_dev *x, struct eng_run_result *out, const struct xrtb_status *st,
+                        int cmd)
+{
+    char msg[sizeof out->message];
+    if (st->has_health)
+        snprintf(msg, sizeof msg, "%.110s; txn_op_idx=0x%x ctx_pc=0x%x", st->message,
+                 st->txn_op_idx, st->ctx_pc);
+    else
+        snprintf(msg, sizeof msg, "%s", st->message);
+    fail(x, out, st->state, cmd, msg);
+}
+
+/* Once per token, before its first layer: the attnpos words for position pos. */
+static int patch_position(struct xrt_dev *x, int pos, char *err, size_t errlen)
+{
+    for (int k = 0; k < x->ks.n_kernels; k++) {
+        const struct eng_kset_kernel *kk = &x->ks.kernels[k];
+        if (!kk->attnpos || x->kern_of[k] < 0)
+            continue;
+        size_t n;
+        uint32_t *w = xrtb_kernel_insts(x->b, x->kern_of[k], &n);
+        if (!w)
+            return eng__fail(err, errlen, -EIO, "cannot map the instruction BO of %s", kk->name);
+        eng_npu_attn_apply(w, x->patch[k], (uint64_t)pos, x->ks.kv_row, x->ks.ptab_row,
+                           kk->window, kk->rb);
+        int rc = xrtb_kernel_sync(x->b, x->kern_of[k], err, errlen);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static void x_run_runlist(void *ctx, eng_device_seq *seq, const struct eng_runlist *rl,
+                          const struct eng_batch *b, struct eng_run_result *out)
+{
+    struct xrt_dev *x = ctx;
+    char e2[200];
+    (void)seq;
+    x->stats.runlists++;
+    if (x->needs_reset) {
+        char m[96];
+        snprintf(m, sizeof m, "device needs reset (a runlist ended in %s)",
+                 eng_ert_name(x->last_failure));
+        fail(x, out, ENG_ERT_ERROR, 0, m);
+        return;
+    }
+    if (b->n_tokens != 1) {
+        fail(x, out, ENG_ERT_ERROR, 0, "the xrt device runs one position per batch");
+        return;
+    }
+    int cmd = 0;
+    if (rl->has_embed) {
+        if (x->seq_len >= x->capacity) {
+            fail(x, out, ENG_ERT_ERROR, 0, "the sequence fills the NPU's KV buffers");
+            return;
+        }
+        float *xr = xrtb_bo_map(x->b, x->glob_bo[x->xres]);
+        if (patch_position(x, x->seq_len, e2, sizeof e2) ||
+            eng_npu_embed_row(x->st, x->ks.embed_tensor, b->tokens[0], x->hidden, xr, e2,
+                              sizeof e2) ||
+            xrtb_bo_sync(x->b, x->glob_bo[x->xres], true, (size_t)x->hidden * 4, 0, e2,
+                         sizeof e2)) {
+            fail(x, out, ENG_ERT_ERROR, 0, e2);
+            return;
+        }
+        cmd = 1;
+    }
+    int n = rl->layer_end - rl->layer_begin;
+    if (n > 0) {
+        struct xrtb_status st;
+        xrtb_submit(x->b, &x->layer_run[rl->layer_begin], n, x->cfg.timeout_ms,
+                    b->cancel ? cancelled : NULL, (const void *)b->cancel, &st);
+        if (st.state != ENG_ERT_COMPLETED) {
+            fail_status(x, out, &st, cmd + (st.failed >= 0 ? st.failed : 0));
+            return;
+        }
+    }
+    if (rl->has_head) {
+        int head = rl->n_cmds - 1;
+        if (b->logits) {
+            struct xrtb_status st;
+            xrtb_submit(x->b, x->tail_run, x->ks.n_tail, x->cfg.timeout_ms,
+                        b->cancel ? cancelled : NULL, (const void *)b->cancel, &st);
+            if (st.state != ENG_ERT_COMPLETED) {
+                fail_status(x, out, &st, head);
+                return;
+            }
+            int lg = x->glob_bo[x->logits];
+            if (xrtb_bo_sync(x->b, lg, false, (size_t)x->n_vocab * 4, 0, e2, sizeof e2)) {
+                fail(x, out, ENG_ERT_ERROR, head, e2);
+                return;
+            }
+            memcpy(b->logits, xrtb_bo_map(x->b, lg), (size_t)x->n_vocab * 4);
+        }
+        x->seq_len++;
+    }
+    out->state = ENG_ERT_COMPLETED;
+}
+
+static int x_reset(void *ctx, char *err, size_t errlen)
+{
+    struct xrt_dev *x = ctx;
+    if (!x->b) {
+        x->needs_reset = false;
+        return 0;
+    }
+    int wait = x->cfg.timeout_ms > 2000 ? x->cfg.timeout_ms : 2000;
+    char e2[200] = "";
+    int rc = xrtb_reset(x->b, wait, e2, sizeof e2);
+    if (rc)
+        return eng__fail(err, errlen, rc, "xrt device: reset failed: %s", e2);
+    x->needs_reset = false;
+    x->seq_len = 0;     /* the device-side KV is lost */
+    x->stats.resets++;
+    return 0;
+}
+
+static void x_get_stats(void *ctx, struct eng_device_stats *out)
+{
+    struct xrt_dev *x = ctx;
+    *out = x->stats;
+}
+
+static void x_close(void *ctx)
+{
+    struct xrt_dev *x = ctx;
+    xrtb_close(x->b);
+    eng_st_free(x->st);
+    eng_kset_free(&x->ks);
+    free(x->ctx_of);
+    free(x->kern_of);
+    free(x->patch);
+    free(x->glob_bo);
+    free(x->layer_bo);
+    free(x->layer_run);
+    free((char *)x->cfg.kernels_dir);
+    free((char *)x->cfg.accel_node);
+    free(x);
+}
+
+static const struct eng_device_i xrt_iface = {
+    .get_name = x_get_name,
+    .get_description = x_get_description,
+    .default_k = x_default_k,
+    .max_batch = x_max_batch,
+    .load_model = x_load_model,
+    .seq_begin = x_seq_begin,
+    .seq_end = x_seq_end,
+    .seq_truncate = x_seq_truncate,
+    .run_runlist = x_run_runlist,
+    .reset = x_reset,
+    .get_stats = x_get_stats,
+    .close = x_close,
+};
+
+int eng__device_xrt_open(const struct eng_device_opts *o, struct eng_device **out, char *err,
+                         size_t errlen)
+{
+    (void)o;
+    const struct eng_xrt_config *c = eng__xrt_config();
+    if (access(c->accel_node, F_OK) != 0)
+        return eng__fail(err, errlen, -ENODEV,
+                         "no NPU: %s does not exist (is the amdxdna driver loaded?)",
+                         c->accel_node);
+    struct xrt_dev *x = calloc(1, sizeof *x);
+    if (!x)
+        return eng__fail(err, errlen, -ENOMEM, "xrt device: out of memory");
+    x->dev = (struct eng_device){.iface = &xrt_iface, .context = x};
+    x->cfg = *c;
+    x->cfg.kernels_dir = c->kernels_dir ? strdup(c->kernels_dir) : NULL;
+    x->cfg.accel_node = strdup(c->accel_node);
+    if ((c->kernels_dir && !x->cfg.kernels_dir) || !x->cfg.accel_node) {
+        x_close(x);
+        return eng__fail(err, errlen, -ENOMEM, "xrt device: out of memory");
+    }
+    x->tail_run[0] = x->tail_run[1] = -1;
+    snprintf(x->desc, sizeof x->desc, "xrt: NPU through %s (no model loaded)", xrtb_version());
+    *out = &x->dev;
+    return 0;
+}

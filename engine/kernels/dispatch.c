@@ -1,0 +1,239 @@
+/* Kernel dispatch: one table of per-ISA entry points, filled on first use from
+ * cpuid, or forced by eng_kernels_set_isa(). */
+#include <stdatomic.h>
+
+#include "engine/kernels/kernels-impl.h"
+
+struct kern_table {
+    kern_q4_1_fn q4_1;
+    kern_bf16_fn bf16;
+    kern_q4_1_q8_fn q4_1_q8;
+    kern_q4_1_q8_mm_fn q4_1_q8_mm;
+    kern_q8x_batch_fn q8x_batch;
+    kern_attn_fn attn;
+    kern_silu_fn silu;
+};
+
+static const struct kern_table table_scalar = {
+    .q4_1 = eng__matvec_q4_1_scalar,
+    .bf16 = eng__matvec_bf16_scalar,
+    .q4_1_q8 = eng__matvec_q4_1_q8_scalar,
+    .q4_1_q8_mm = eng__matmul_q4_1_q8_scalar,
+    .q8x_batch = eng__q8x_quantize_batch_scalar,
+    .attn = eng__attn_gqa_scalar,
+    .silu = eng__silu_mul_scalar,
+};
+/* The AVX2 tile kernel serves one token too (gemm-avx2.c). */
+static void matvec_q4_1_q8_avx2(const uint8_t *chunks, int in, int row_begin, int row_end,
+                                const struct eng_q8x *xq, float *y)
+{
+    eng__matmul_q4_1_q8_avx2(chunks, in, row_begin, row_end, xq, 1, y, 0);
+}
+static const struct kern_table table_avx2 = {
+    .q4_1 = eng__matvec_q4_1_avx2,
+    .bf16 = eng__matvec_bf16_avx2,
+    .q4_1_q8 = matvec_q4_1_q8_avx2,
+    .q4_1_q8_mm = eng__matmul_q4_1_q8_avx2,
+    .q8x_batch = eng__q8x_quantize_batch_scalar,
+    .attn = eng__attn_gqa_avx2,
+    .silu = eng__silu_mul_avx2,
+};
+static const struct kern_table table_avx512 = {
+    .q4_1 = eng__matvec_q4_1_avx512,
+    .bf16 = eng__matvec_bf16_avx512,
+    .q4_1_q8 = eng__matvec_q4_1_q8_scalar, /* replaced by VNNI when present */
+    .q4_1_q8_mm = eng__matmul_q4_1_q8_scalar,
+    .q8x_batch = eng__q8x_quantize_batch_avx512,
+    .attn = eng__attn_gqa_avx512,
+    .silu = eng__silu_mul_avx512,
+};
+/* Without VBMI the batched kernel serves one token too: from DRAM it beats a
+ * matvec built on the same in-lane shuffles (gemm-avx512.c). */
+static void matvec_q4_1_q8_by_matmul(const uint8_t *chunks, int in, int row_begin, int row_end,
+                                     const struct eng_q8x *xq, float *y)
+{
+    eng__matmul_q4_1_q8_vnni(chunks, in, row_begin, row_end, xq, 1, y, 0);
+}
+static const struct kern_table table_avx512_vnni = {
+    .q4_1 = eng__matvec_q4_1_avx512,
+    .bf16 = eng__matvec_bf16_avx512,
+    .q4_1_q8 = matvec_q4_1_q8_by_matmul,
+    .q4_1_q8_mm = eng__matmul_q4_1_q8_vnni,
+    .q8x_batch = eng__q8x_quantize_batch_avx512,
+    .attn = eng__attn_gqa_avx512,
+    .silu = eng__silu_mul_avx512,
+};
+/* With VBMI one token goes to the decode kernel (gemv-vbmi.c), a batch
+ * to the tile kernel. */
+static void matmul_q4_1_q8_vbmi(const uint8_t *chunks, int in, int row_begin, int row_end,
+                                const struct eng_q8x *xq, int n_tok, float *y, int ldy)
+{
+    if (n_tok == 1)
+        eng__matvec_q4_1_q8_vbmi(chunks, in, row_begin, row_end, xq, y);
+    else
+        eng__matmul_q4_1_q8_vnni(chunks, in, row_begin, row_end, xq, n_tok, y, ldy);
+}
+static const struct kern_table table_avx512_vbmi = {
+    .q4_1 = eng__matvec_q4_1_avx512,
+    .bf16 = eng__matvec_bf16_avx512,
+    .q4_1_q8 = eng__matvec_q4_1_q8_vbmi,
+    .q4_1_q8_mm = matmul_q4_1_q8_vbmi,
+    .q8x_batch = eng__q8x_quantize_batch_avx512,
+    .attn = eng__attn_gqa_avx512,
+    .silu = eng__silu_mul_avx512,
+};
+
+/* NULL until first use; a race there only makes two threads store the same
+ * pointer. */
+static _Atomic(const struct kern_table *) kern_active;
+static _Atomic int kern_active_isa;
+
+static int cpu_has(enum eng_isa isa)
+{
+    __builtin_cpu_init();
+    switch (isa) {
+    case ENG_ISA_SCALAR:
+        return 1;
+    case ENG_ISA_AVX2:
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case ENG_ISA_AVX512:
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && cpu_has(ENG_ISA_AVX2);
+    }
+    return 0;
+}
+
+int eng_isa_has_vnni(void)
+{
+    __builtin_cpu_init();
+    return cpu_has(ENG_ISA_AVX512) && __builtin_cpu_supports("avx512vnni");
+}
+
+int eng_isa_has_vbmi(void)
+{
+    __builtin_cpu_init();
+    return eng_isa_has_vnni() && __builtin_cpu_supports("avx512vbmi");
+}
+
+enum eng_isa eng_isa_detect(void)
+{
+    if (cpu_has(ENG_ISA_AVX512))
+        return ENG_ISA_AVX512;
+    if (cpu_has(ENG_ISA_AVX2))
+        return ENG_ISA_AVX2;
+    return ENG_ISA_SCALAR;
+}
+
+int eng_kernels_set_isa(enum eng_isa isa)
+{
+    const struct kern_table *t;
+    if (!cpu_has(isa))
+        return -1;
+    switch (isa) {
+    case ENG_ISA_AVX512:
+        t = eng_isa_has_vbmi()   ? &table_avx512_vbmi
+            : eng_isa_has_vnni() ? &table_avx512_vnni
+                                 : &table_avx512;
+        break;
+    case ENG_ISA_AVX2:
+        t = &table_avx2;
+        break;
+    default:
+        t = &table_scalar;
+        break;
+    }
+    atomic_store(&kern_active_isa, (int)isa);
+    atomic_store(&kern_active, t);
+    return 0;
+}
+
+static const struct kern_table *kern_get(void)
+{
+    const struct kern_table *t = atomic_load_explicit(&kern_active, memory_order_acquire);
+    if (!t) {
+        eng_kernels_set_isa(eng_isa_detect());
+        t = atomic_load(&kern_active);
+    }
+    return t;
+}
+
+enum eng_isa eng_kernels_isa(void)
+{
+    kern_get();
+    return (enum eng_isa)atomic_load(&kern_active_isa);
+}
+
+const char *eng_isa_name(enum eng_isa isa)
+{
+    switch (isa) {
+    case ENG_ISA_SCALAR:
+        return "scalar";
+    case ENG_ISA_AVX2:
+        return "avx2";
+    case ENG_ISA_AVX512:
+        return "avx512";
+    }
+    return "?";
+}
+
+int eng_isa_parse(const char *name, enum eng_isa *out)
+{
+    static const enum eng_isa all[] = {ENG_ISA_SCALAR, ENG_ISA_AVX2, ENG_ISA_AVX512};
+    for (size_t i = 0; name && i < sizeof all / sizeof *all; i++)
+        if (strcmp(name, eng_isa_name(all[i])) == 0) {
+            *out = all[i];
+            return 0;
+        }
+    return -1;
+}
+
+void eng_matvec_q4_1_rows(const uint8_t *chunks, int in, int row_begin, int row_end,
+                          const float *x, float *y)
+{
+    kern_get()->q4_1(chunks, in, row_begin, row_end, x, y);
+}
+
+void eng_matvec_q4_1(const uint8_t *chunks, int out, int in, const float *x, float *y)
+{
+    kern_get()->q4_1(chunks, in, 0, out, x, y);
+}
+
+void eng_matvec_bf16_rows(const uint16_t *w, int in, int row_begin, int row_end,
+                          const float *x, float *y)
+{
+    kern_get()->bf16(w, in, row_begin, row_end, x, y);
+}
+
+void eng_attn_gqa(const float *q, int nq, const uint16_t *k, const uint16_t *v, size_t ld, int n,
+                  int hd, float scale, float *sc, float *o)
+{
+    kern_get()->attn(q, nq, k, v, ld, n, hd, scale, sc, o);
+}
+
+void eng_silu_mul(float *g, const float *u, int n)
+{
+    kern_get()->silu(g, u, n);
+}
+
+void eng_matvec_bf16(const uint16_t *w, int out, int in, const float *x, float *y)
+{
+    kern_get()->bf16(w, in, 0, out, x, y);
+}
+
+void eng_matvec_q4_1_q8_rows(const uint8_t *chunks, int in, int row_begin, int row_end,
+                             const struct eng_q8x *xq, float *y)
+{
+    kern_get()->q4_1_q8(chunks, in, row_begin, row_end, xq, y);
+}
+
+void eng_matmul_q4_1_q8_rows(const uint8_t *chunks, int in, int row_begin, int row_end,
+                             const struct eng_q8x *xq, int n_tok, float *y, int ldy)
+{
+    kern_get()->q4_1_q8_mm(chunks, in, row_begin, row_end, xq, n_tok, y, ldy);
+}
+
+void eng_q8x_quantize_batch(const struct eng_q8x *xq, const float *x, int ldx, int in,
+                            int n_tok)
+{
+    kern_get()->q8x_batch(xq, x, ldx, in, n_tok);
+}

@@ -1,0 +1,168 @@
+/* The streaming detokenizer: ids in, UTF-8 pieces out.
+ *
+ * Two buffers sit between the ids and the caller:
+ *   pending  raw bytes of the current run that end in an incomplete but so far
+ *            valid UTF-8 sequence; the next token may complete it;
+ *   held     finished text that could still be the start of a stop string.
+ * Everything else goes out at once. The run/repair rules are the one-shot
+ * decoder's (eng_tokenizer_decode): ordinary tokens' bytes join one run, an added
+ * token ends it (an unfinished character before it becomes U+FFFD), a skipped
+ * special token is invisible. So, without stop strings, the pieces of a stream
+ * concatenate to exactly what eng_tokenizer_decode returns for the same ids. */
+#include "engine/text/tok-impl.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct eng_detok {
+    const eng_tokenizer *t;
+    bool skip_special;
+    char **stops;
+    size_t *stop_len;
+    size_t n_stops;
+    struct tok_buf pending;
+    struct tok_buf held;
+    struct tok_buf scratch;
+    bool stopped;
+};
+
+void eng_detok_free(eng_detok *d)
+{
+    if (!d)
+        return;
+    for (size_t i = 0; i < d->n_stops; i++)
+        free(d->stops[i]);
+    free(d->stops);
+    free(d->stop_len);
+    free(d->pending.p);
+    free(d->held.p);
+    free(d->scratch.p);
+    free(d);
+}
+
+eng_detok *eng_detok_new(const eng_tokenizer *t, bool skip_special, const char *const *stops,
+                         size_t n_stops)
+{
+    eng_detok *d = calloc(1, sizeof *d);
+    if (!d)
+        return NULL;
+    d->t = t;
+    d->skip_special = skip_special;
+    d->stops = calloc(n_stops + 1, sizeof *d->stops);
+    d->stop_len = calloc(n_stops + 1, sizeof *d->stop_len);
+    if (!d->stops || !d->stop_len)
+        goto err;
+    for (size_t i = 0; i < n_stops; i++) {
+        if (!stops[i] || !stops[i][0])
+            continue;  /* an empty stop string would stop before the first byte */
+        d->stops[d->n_stops] = strdup(stops[i]);
+        if (!d->stops[d->n_stops])
+            goto err;
+        d->stop_len[d->n_stops] = strlen(stops[i]);
+        d->n_stops++;
+    }
+    return d;
+err:
+    eng_detok_free(d);
+    return NULL;
+}
+
+/* Move `n` bytes from the front of held into a new string at *out. */
+static int take(eng_detok *d, size_t n, char **out)
+{
+    *out = NULL;
+    if (n == 0)
+        return 0;
+    char *s = malloc(n + 1);
+    if (!s)
+        return -ENOMEM;
+    memcpy(s, d->held.p, n);
+    s[n] = '\0';
+    memmove(d->held.p, d->held.p + n, d->held.n - n);
+    d->held.n -= n;
+    d->held.p[d->held.n] = '\0';
+    *out = s;
+    return (int)n;
+}
+
+/* Emit what is certain: text up to a completed stop string (then stop), or all
+ * but the longest tail that a stop string could still start with. */
+static int release(eng_detok *d, bool final, char **out, bool *stopped)
+{
+    const char *h = d->held.p;
+    size_t n = d->held.n, first = n;
+    bool hit = false;
+    for (size_t i = 0; i < d->n_stops && n; i++) {
+        const char *p = memmem(h, n, d->stops[i], d->stop_len[i]);
+        if (p && (size_t)(p - h) < first) {
+            first = (size_t)(p - h);
+            hit = true;
+        }
+    }
+    if (hit) {
+        int rc = take(d, first, out);
+        d->held.n = 0;
+        d->stopped = true;
+        *stopped = true;
+        return rc;
+    }
+    size_t keep = 0;
+    for (size_t i = 0; i < d->n_stops && !final; i++) {
+        size_t sl = d->stop_len[i];
+        for (size_t k = (sl - 1 < n ? sl - 1 : n); k > keep; k--)
+            if (memcmp(h + n - k, d->stops[i], k) == 0) {
+                keep = k;
+                break;
+            }
+    }
+    return take(d, n - keep, out);
+}
+
+int eng_detok_push(eng_detok *d, int32_t id, char **out, bool *stopped)
+{
+    *out = NULL;
+    *stopped = d->stopped;
+    if (d->stopped)
+        return 0;
+    const char *b;
+    size_t k = eng_tokenizer_token_bytes(d->t, id, d->skip_special, &b);
+    if (k == 0)
+        return 0;
+    int rc;
+    if (eng__tokenizer_is_added(d->t, id)) {
+        rc = eng__utf8_repair(&d->held, d->pending.p, d->pending.n, false, NULL);
+        d->pending.n = 0;
+        if (rc == 0)
+            rc = eng__buf_add(&d->held, b, k);
+    } else {
+        /* Re-run the repair over the unfinished tail plus the new bytes: the
+         * decoder's verdict on those tail bytes depends on what follows them. */
+        size_t held_back = 0;
+        d->scratch.n = 0;
+        rc = eng__buf_add(&d->scratch, d->pending.p, d->pending.n);
+        if (rc == 0)
+            rc = eng__buf_add(&d->scratch, b, k);
+        if (rc == 0)
+            rc = eng__utf8_repair(&d->held, d->scratch.p, d->scratch.n, true, &held_back);
+        d->pending.n = 0;
+        if (rc == 0)
+            rc = eng__buf_add(&d->pending, d->scratch.p + d->scratch.n - held_back, held_back);
+    }
+    if (rc)
+        return rc;
+    return release(d, false, out, stopped);
+}
+
+int eng_detok_flush(eng_detok *d, char **out)
+{
+    bool stopped = false;
+    *out = NULL;
+    if (d->stopped)
+        return 0;
+    int rc = eng__utf8_repair(&d->held, d->pending.p, d->pending.n, false, NULL);
+    d->pending.n = 0;
+    if (rc)
+        return rc;
+    return release(d, true, out, &stopped);
+}

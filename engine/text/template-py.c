@@ -1,0 +1,367 @@
+/* Python's printing of JSON values, byte for byte, as the chat template needs it.
+ *
+ * The template prints tool definitions and non-string tool results with
+ * transformers' tojson filter (json.dumps with ensure_ascii=False) and non-string
+ * tool-call arguments with Jinja2's {{ value }}, which is Python's str(). Both
+ * differ from what jansson prints (floats above all), so they are written out
+ * here from CPython's rules: float_repr_style 'short', unicode_repr() and
+ * json.encoder.py_encode_basestring(). */
+#include "engine/text/template-impl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+/* ---- the buffer ---------------------------------------------------------- */
+
+void eng__chat_buf_add(struct chat_buf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->cap - b->n <= n) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap - b->n <= n) {
+            if (cap > ((size_t)-1) / 2) {
+                b->oom = true;
+                return;
+            }
+            cap *= 2;
+        }
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+}
+
+void eng__chat_buf_adds(struct chat_buf *b, const char *s)
+{
+    eng__chat_buf_add(b, s, strlen(s));
+}
+
+void eng__chat_buf_addc(struct chat_buf *b, char c)
+{
+    eng__chat_buf_add(b, &c, 1);
+}
+
+void eng__chat_buf_free(struct chat_buf *b)
+{
+    free(b->p);
+    *b = (struct chat_buf){0};
+}
+
+/* ---- numbers ------------------------------------------------------------- */
+
+/* repr(float): the shortest digit string that reads back as the same double (the
+ * first precision whose correctly rounded %e round-trips), laid out as CPython's
+ * format_float_short() does for repr: exponent form when the decimal point sits
+ * more than 16 digits right or 4 or more left of the first digit, and ".0" on
+ * integral values. `json` selects json.dumps's names for the non-finite values. */
+static void py_float(struct chat_buf *b, double x, bool json)
+{
+    if (isnan(x)) {
+        eng__chat_buf_adds(b, json ? "NaN" : "nan");
+        return;
+    }
+    if (isinf(x)) {
+        eng__chat_buf_adds(b, x < 0 ? (json ? "-Infinity" : "-inf") : (json ? "Infinity" : "inf"));
+        return;
+    }
+    if (x == 0) {
+        eng__chat_buf_adds(b, signbit(x) ? "-0.0" : "0.0");
+        return;
+    }
+    char tmp[48];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(tmp, sizeof tmp, "%.*e", prec - 1, x);
+        if (strtod(tmp, NULL) == x)
+            break;
+    }
+    /* tmp is "[-]d[.ddd]e[+-]dd"; take the digits and the exponent apart, without
+     * trusting the locale's decimal point. */
+    char digits[24];
+    size_t nd = 0;
+    const char *s = tmp;
+    if (*s == '-') {
+        eng__chat_buf_addc(b, '-');
+        s++;
+    }
+    for (; *s && *s != 'e'; s++)
+        if (*s >= '0' && *s <= '9' && nd < sizeof digits - 1)
+            digits[nd++] = *s;
+    digits[nd] = '\0';
+    while (nd > 1 && digits[nd - 1] == '0') /* %e pads the precision we asked for */
+        digits[--nd] = '\0';
+    int exp10 = *s == 'e' ? atoi(s + 1) : 0;
+    int decpt = exp10 + 1; /* digits d1d2… mean 0.d1d2… × 10^decpt */
+
+    if (decpt <= -4 || decpt > 16) {
+        eng__chat_buf_addc(b, digits[0]);
+        if (nd > 1) {
+            eng__chat_buf_addc(b, '.');
+            eng__chat_buf_add(b, digits + 1, nd - 1);
+        }
+        snprintf(tmp, sizeof tmp, "e%c%02d", exp10 < 0 ? '-' : '+', abs(exp10));
+        eng__chat_buf_adds(b, tmp);
+    } else if (decpt <= 0) {
+        eng__chat_buf_adds(b, "0.");
+        for (int i = 0; i < -decpt; i++)
+            eng__chat_buf_addc(b, '0');
+        eng__chat_buf_add(b, digits, nd);
+    } else if ((size_t)decpt >= nd) {
+        eng__chat_buf_add(b, digits, nd);
+        for (size_t i = nd; i < (size_t)decpt; i++)
+            eng__chat_buf_addc(b, '0');
+        eng__chat_buf_adds(b, ".0");
+    } else {
+        eng__chat_buf_add(b, digits, (size_t)decpt);
+        eng__chat_buf_addc(b, '.');
+        eng__chat_buf_add(b, digits + decpt, nd - (size_t)decpt);
+    }
+}
+
+static void py_int(struct chat_buf *b, json_int_t i)
+{
+    char tmp[32];
+    int n = snprintf(tmp, sizeof tmp, "%" JSON_INTEGER_FORMAT, i);
+    eng__chat_buf_add(b, tmp, (size_t)n);
+}
+
+/* ---- strings ------------------------------------------------------------- */
+
+/* CPython's Py_UNICODE_ISPRINTABLE for non-ASCII code points: everything except
+ * the categories Cc, Cf, Cs, Co, Cn, Zl, Zp and Zs. utf8proc's tables may be a
+ * Unicode version ahead of the oracle's Python; only code points assigned in
+ * between can differ. */
+static bool py_printable(int32_t cp)
+{
+    switch (utf8proc_category(cp)) {
+    case UTF8PROC_CATEGORY_CC: case UTF8PROC_CATEGORY_CF: case UTF8PROC_CATEGORY_CS:
+    case UTF8PROC_CATEGORY_CO: case UTF8PROC_CATEGORY_CN: case UTF8PROC_CATEGORY_ZL:
+    case UTF8PROC_CATEGORY_ZP: case UTF8PROC_CATEGORY_ZS:
+        return false;
+    default:
+        return true;
+    }
+}
+
+/* repr(str), after CPython's unicode_repr(). */
+static void py_repr_str(struct chat_buf *b, const char *s, size_t n)
+{
+    char quote = '\'';
+    if (memchr(s, '\'', n) && !memchr(s, '"', n))
+        quote = '"';
+    eng__chat_buf_addc(b, quote);
+    char tmp[16];
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x80) {
+            i++;
+            if (c == (unsigned char)quote || c == '\\') {
+                eng__chat_buf_addc(b, '\\');
+                eng__chat_buf_addc(b, (char)c);
+            } else if (c == '\t') {
+                eng__chat_buf_adds(b, "\\t");
+            } else if (c == '\n') {
+                eng__chat_buf_adds(b, "\\n");
+            } else if (c == '\r') {
+                eng__chat_buf_adds(b, "\\r");
+            } else if (c < ' ' || c == 0x7f) {
+                snprintf(tmp, sizeof tmp, "\\x%02x", c);
+                eng__chat_buf_adds(b, tmp);
+            } else {
+                eng__chat_buf_addc(b, (char)c);
+            }
+            continue;
+        }
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t len = utf8proc_iterate((const utf8proc_uint8_t *)s + i,
+                                                (utf8proc_ssize_t)(n - i), &cp);
+        if (len <= 0) { /* not UTF-8: jansson never gives us this; pass it through */
+            eng__chat_buf_addc(b, (char)c);
+            i++;
+            continue;
+        }
+        if (py_printable(cp)) {
+            eng__chat_buf_add(b, s + i, (size_t)len);
+        } else {
+            if (cp <= 0xff)
+                snprintf(tmp, sizeof tmp, "\\x%02x", (unsigned)cp);
+            else if (cp <= 0xffff)
+                snprintf(tmp, sizeof tmp, "\\u%04x", (unsigned)cp);
+            else
+                snprintf(tmp, sizeof tmp, "\\U%08x", (unsigned)cp);
+            eng__chat_buf_adds(b, tmp);
+        }
+        i += (size_t)len;
+    }
+    eng__chat_buf_addc(b, quote);
+}
+
+/* json.dumps's string form with ensure_ascii=False (py_encode_basestring). */
+static void json_str(struct chat_buf *b, const char *s, size_t n)
+{
+    eng__chat_buf_addc(b, '"');
+    size_t run = 0; /* bytes copied verbatim, flushed in one append */
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        const char *esc = NULL;
+        char tmp[8];
+        switch (c) {
+        case '"': esc = "\\\""; break;
+        case '\\': esc = "\\\\"; break;
+        case '\n': esc = "\\n"; break;
+        case '\r': esc = "\\r"; break;
+        case '\t': esc = "\\t"; break;
+        case '\b': esc = "\\b"; break;
+        case '\f': esc = "\\f"; break;
+        default:
+            if (c < 0x20) {
+                snprintf(tmp, sizeof tmp, "\\u%04x", c);
+                esc = tmp;
+            }
+        }
+        if (!esc) {
+            run++;
+            continue;
+        }
+        eng__chat_buf_add(b, s + i - run, run);
+        run = 0;
+        eng__chat_buf_adds(b, esc);
+    }
+    eng__chat_buf_add(b, s + n - run, run);
+    eng__chat_buf_addc(b, '"');
+}
+
+/* ---- values -------------------------------------------------------------- */
+
+static void py_repr(struct chat_buf *b, const json_t *v);
+
+static void py_container(struct chat_buf *b, const json_t *v, bool json)
+{
+    size_t i = 0;
+    if (json_is_array(v)) {
+        eng__chat_buf_addc(b, '[');
+        const json_t *e;
+        json_array_foreach(v, i, e) {
+            if (i)
+                eng__chat_buf_adds(b, ", ");
+            if (json)
+                eng__py_tojson(b, e);
+            else
+                py_repr(b, e);
+        }
+        eng__chat_buf_addc(b, ']');
+        return;
+    }
+    eng__chat_buf_addc(b, '{');
+    const char *k;
+    size_t klen;
+    json_t *e;
+    /* jansson keeps insertion order, as Python's dict does; with a duplicate key
+     * both keep the first position and the last value. */
+    json_object_keylen_foreach((json_t *)v, k, klen, e) {
+        if (i++)
+            eng__chat_buf_adds(b, ", ");
+        if (json)
+            json_str(b, k, klen);
+        else
+            py_repr_str(b, k, klen);
+        eng__chat_buf_adds(b, ": ");
+        if (json)
+            eng__py_tojson(b, e);
+        else
+            py_repr(b, e);
+    }
+    eng__chat_buf_addc(b, '}');
+}
+
+static void py_repr(struct chat_buf *b, const json_t *v)
+{
+    if (json_is_string(v))
+        py_repr_str(b, json_string_value(v), json_string_length(v));
+    else
+        eng__py_str(b, v);
+}
+
+void eng__py_str(struct chat_buf *b, const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_STRING:
+        eng__chat_buf_add(b, json_string_value(v), json_string_length(v));
+        break;
+    case JSON_INTEGER:
+        py_int(b, json_integer_value(v));
+        break;
+    case JSON_REAL:
+        py_float(b, json_real_value(v), false);
+        break;
+    case JSON_TRUE:
+        eng__chat_buf_adds(b, "True");
+        break;
+    case JSON_FALSE:
+        eng__chat_buf_adds(b, "False");
+        break;
+    case JSON_NULL:
+        eng__chat_buf_adds(b, "None");
+        break;
+    case JSON_ARRAY:
+    case JSON_OBJECT:
+        py_container(b, v, false);
+        break;
+    }
+}
+
+void eng__py_tojson(struct chat_buf *b, const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_STRING:
+        json_str(b, json_string_value(v), json_string_length(v));
+        break;
+    case JSON_INTEGER:
+        py_int(b, json_integer_value(v));
+        break;
+    case JSON_REAL:
+        py_float(b, json_real_value(v), true);
+        break;
+    case JSON_TRUE:
+        eng__chat_buf_adds(b, "true");
+        break;
+    case JSON_FALSE:
+        eng__chat_buf_adds(b, "false");
+        break;
+    case JSON_NULL:
+        eng__chat_buf_adds(b, "null");
+        break;
+    case JSON_ARRAY:
+    case JSON_OBJECT:
+        py_container(b, v, true);
+        break;
+    }
+}
+
+bool eng__py_truthy(const json_t *v)
+{
+    if (!v)
+        return false;
+    switch (json_typeof(v)) {
+    case JSON_STRING: return json_string_length(v) > 0;
+    case JSON_INTEGER: return json_integer_value(v) != 0;
+    case JSON_REAL: return json_real_value(v) != 0;
+    case JSON_TRUE: return true;
+    case JSON_FALSE: return false;
+    case JSON_NULL: return false;
+    case JSON_ARRAY: return json_array_size(v) > 0;
+    case JSON_OBJECT: return json_object_size(v) > 0;
+    }
+    return false;
+}

@@ -1,0 +1,445 @@
+#include "engine/worker/plan.h"
+#include "engine/err.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- the plan of one step ---------------------------------------------------- */
+
+int eng_plan_init(struct eng_plan *p, int n_layers, int k, char *err, size_t errlen)
+{
+    memset(p, 0, sizeof *p);
+    if (n_layers < 1 || n_layers > ENG_PLAN_MAX_LAYERS)
+        return eng__fail(err, errlen, -EINVAL, "plan: n_layers %d is not in 1..%d", n_layers,
+                         ENG_PLAN_MAX_LAYERS);
+    if (k == ENG_PLAN_ALL || k > n_layers)
+        k = n_layers;
+    if (k < 1)
+        return eng__fail(err, errlen, -EINVAL, "plan: layers per runlist %d is not >= 1 or all", k);
+
+    int n_layer_lists = (n_layers + k - 1) / k;
+    struct eng_cmd *cmds = calloc((size_t)n_layers + 2, sizeof *cmds);
+    struct eng_runlist *rls = calloc((size_t)n_layer_lists + 1, sizeof *rls);
+    if (!cmds || !rls) {
+        free(cmds);
+        free(rls);
+        return eng__fail(err, errlen, -ENOMEM, "plan: out of memory");
+    }
+
+    /* cmds: EMBED, LAYER 0 .. n-1, HEAD. Runlist i > 0 starts at its first layer;
+     * runlist 0 also takes the EMBED before it. */
+    cmds[0] = (struct eng_cmd){ENG_CMD_EMBED, -1};
+    for (int l = 0; l < n_layers; l++)
+        cmds[1 + l] = (struct eng_cmd){ENG_CMD_LAYER, l};
+    cmds[n_layers + 1] = (struct eng_cmd){ENG_CMD_HEAD, -1};
+
+    for (int i = 0; i < n_layer_lists; i++) {
+        struct eng_runlist *r = &rls[i];
+        r->index = i;
+        r->layer_begin = i * k;
+        r->layer_end = r->layer_begin + k < n_layers ? r->layer_begin + k : n_layers;
+        r->has_embed = i == 0;
+        r->cmds = &cmds[1 + r->layer_begin - (r->has_embed ? 1 : 0)];
+        r->n_cmds = r->layer_end - r->layer_begin + (r->has_embed ? 1 : 0);
+    }
+    struct eng_runlist *h = &rls[n_layer_lists];
+    h->index = n_layer_lists;
+    h->layer_begin = h->layer_end = n_layers;
+    h->has_head = true;
+    h->cmds = &cmds[n_layers + 1];
+    h->n_cmds = 1;
+
+    p->n_layers = n_layers;
+    p->k = k;
+    p->n_runlists = n_layer_lists + 1;
+    p->runlists = rls;
+    p->n_cmds = n_layers + 2;
+    p->cmds = cmds;
+    return 0;
+}
+
+void eng_plan_deinit(struct eng_plan *p)
+{
+    if (!p)
+        return;
+    free(p->runlists);
+    free(p->cmds);
+    memset(p, 0, sizeof *p);
+}
+
+/* ---- prefill chunks ---------------------------------------------------------- */
+
+int eng_plan_prefill_count(int n_prompt, int chunk_tokens)
+{
+    if (n_prompt <= 0)
+        return 0;
+    if (chunk_tokens <= 0 || chunk_tokens >= n_prompt)
+        return 1;
+    return n_prompt / chunk_tokens + (n_prompt % chunk_tokens != 0);
+}
+
+int eng_plan_prefill_chunk(int n_prompt, int chunk_tokens, int index, struct eng_prefill_chunk *out)
+{
+    int count = eng_plan_prefill_count(n_prompt, chunk_tokens);
+    if (index < 0 || index >= count)
+        return -EINVAL;
+    int c = chunk_tokens <= 0 || chunk_tokens > n_prompt ? n_prompt : chunk_tokens;
+    out->index = index;
+    out->count = count;
+    out->token_begin = index * c;
+    out->n_tokens = n_prompt - out->token_begin < c ? n_prompt - out->token_begin : c;
+    out->last = index == count - 1;
+    return 0;
+}
+
+/* ---- adaptive K ---------------------------------------------------------------- */
+
+static int clamp_k(int k, int n)
+{
+    return k == ENG_PLAN_ALL || k <= 0 || k > n ? n : k;
+}
+
+int eng_kpolicy_init(struct eng_kpolicy *p, const struct eng_kpolicy_opts *o, char *err,
+                     size_t errlen)
+{
+    memset(p, 0, sizeof *p);
+    if (o->n_layers < 1 || o->n_layers > ENG_PLAN_MAX_LAYERS)
+        return eng__fail(err, errlen, -EINVAL, "runlist policy: n_layers %d is not in 1..%d",
+                         o->n_layers, ENG_PLAN_MAX_LAYERS);
+    p->mode = o->mode;
+    p->n_layers = o->n_layers;
+    switch (o->mode) {
+    case ENG_KMODE_ALL:
+        p->k = o->n_layers;
+        break;
+    case ENG_KMODE_FIXED:
+        if (o->fixed_k < 1)
+            return eng__fail(err, errlen, -EINVAL,
+                             "runlist policy: fixed layers per runlist %d is not >= 1", o->fixed_k);
+        p->k = clamp_k(o->fixed_k, o->n_layers);
+        break;
+    case ENG_KMODE_AUTO:
+        if (o->remembered_k >= 1) {
+            p->k = clamp_k(o->remembered_k, o->n_layers);
+            p->remembered_k = p->k;
+        } else {
+            p->k = clamp_k(o->device_default_k, o->n_layers);
+        }
+        p->max_retries = o->max_retries < 0 ? ENG_KPOLICY_DEFAULT_RETRIES : o->max_retries;
+        break;
+    default:
+        return eng__fail(err, errlen, -EINVAL, "runlist policy: unknown mode %d", (int)o->mode);
+    }
+    p->attempts = 0;
+    return 0;
+}
+
+int eng_kpolicy_k(const struct eng_kpolicy *p)
+{
+    return p->k;
+}
+
+void eng_kpolicy_begin(struct eng_kpolicy *p)
+{
+    p->attempts = 1;
+}
+
+bool eng_kpolicy_adapts(int state)
+{
+    switch (state) {
+    case ENG_ERT_NEW:
+    case ENG_ERT_QUEUED:
+    case ENG_ERT_RUNNING:
+    case ENG_ERT_SUBMITTED:
+    case ENG_ERT_ABORT:
+    case ENG_ERT_TIMEOUT:
+    case ENG_ERT_NORESPONSE:
+        return true;
+    }
+    return false;
+}
+
+enum eng_kverdict eng_kpolicy_failed(struct eng_kpolicy *p, int state)
+{
+    if (p->attempts < 1)
+        p->attempts = 1;  /* a caller that forgot eng_kpolicy_begin */
+    if (p->mode != ENG_KMODE_AUTO || !eng_kpolicy_adapts(state) || p->k <= 1)
+        return ENG_KVERDICT_GIVE_UP;
+    p->k = (p->k + 1) / 2;
+    p->halvings++;
+    if (p->attempts - 1 >= p->max_retries)
+        return ENG_KVERDICT_GIVE_UP;
+    p->attempts++;
+    return ENG_KVERDICT_RETRY;
+}
+
+bool eng_kpolicy_succeeded(struct eng_kpolicy *p)
+{
+    if (p->mode != ENG_KMODE_AUTO || p->k == p->remembered_k)
+        return false;
+    p->remembered_k = p->k;
+    return true;
+}
+
+/* ---- remembered K ---------------------------------------------------------------- */
+
+#define KSTATE_VERSION 1
+#define KSTATE_MAX_BYTES (1 << 20)
+
+int eng_kstate_path(const char *state_dir, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "%s/%s", state_dir, ENG_KSTATE_FILE);
+    return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/* Read and parse the file. Returns 0 with *root set, 0 with *root NULL when the
+ * file does not exist, or negative with the reason in err. The checks keep a
+ * FIFO, a directory or a huge file at `path` from hanging or eating the worker. */
+static int read_state(const char *path, json_t **root, char *err, size_t errlen)
+{
+    *root = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return 0;
+        int e = errno;
+        return eng__fail(err, errlen, -e, "%s: %s", path, strerror(e));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return eng__fail(err, errlen, -e, "%s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return eng__fail(err, errlen, -EINVAL, "%s: not a regular file", path);
+    }
+    if (st.st_size > KSTATE_MAX_BYTES) {
+        close(fd);
+        return eng__fail(err, errlen, -EINVAL, "%s: larger than %d bytes", path, KSTATE_MAX_BYTES);
+    }
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        return eng__fail(err, errlen, -e, "%s: %s", path, strerror(e));
+    }
+    json_error_t je;
+    json_t *j = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
+    fclose(f);
+    if (!j)
+        return eng__fail(err, errlen, -EINVAL, "%s:%d: corrupt: %s", path, je.line, je.text);
+    json_t *version = json_object_get(j, "version");
+    if (!json_is_object(j) || !json_is_integer(version) ||
+        json_integer_value(version) != KSTATE_VERSION ||
+        !json_is_object(json_object_get(j, "entries"))) {
+        json_decref(j);
+        return eng__fail(err, errlen, -EINVAL,
+                         "%s: corrupt: not {\"version\": %d, \"entries\": {…}}", path,
+                         KSTATE_VERSION);
+    }
+    *root = j;
+    return 0;
+}
+
+static int check_ids(const char *model_id, const char *device_id, char *err, size_t errlen)
+{
+    if (!model_id || !*model_id || !device_id || !*device_id)
+        return eng__fail(err, errlen, -EINVAL, "runlist state: empty model or device id");
+    return 0;
+}
+
+int eng_kstate_load(const char *path, const char *model_id, const char *device_id, int *k,
+                    char *err, size_t errlen)
+{
+    int rc = check_ids(model_id, device_id, err, errlen);
+    if (rc)
+        return rc;
+    json_t *root;
+    if ((rc = read_state(path, &root, err, errlen)) != 0 || !root)
+        return rc;
+    json_t *entries = json_object_get(root, "entries");
+    json_t *dev = json_object_get(json_object_get(entries, model_id), device_id);
+    if (!dev) {
+        json_decref(root);
+        return 0;
+    }
+    json_t *jk = json_object_get(dev, "k");
+    json_int_t v = json_integer_value(jk);
+    if (!json_is_integer(jk) || v < 1 || v > ENG_PLAN_MAX_LAYERS) {
+        json_decref(root);
+        return eng__fail(err, errlen, -EINVAL,
+                         "%s: entry for model \"%s\" on device \"%s\" has no valid \"k\"", path,
+                         model_id, device_id);
+    }
+    *k = (int)v;
+    json_decref(root);
+    return 1;
+}
+
+/* mkdir -p of the directory part of `path`. */
+static int make_parent(const char *path, char *err, size_t errlen)
+{
+    char *dir = strdup(path);
+    if (!dir)
+        return eng__fail(err, errlen, -ENOMEM, "out of memory");
+    char *slash = strrchr(dir, '/');
+    int rc = 0;
+    if (slash && slash != dir) {
+        *slash = '\0';
+        for (char *p = dir + 1; ; p++) {
+            if (*p == '/' || *p == '\0') {
+                char c = *p;
+                *p = '\0';
+                if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+                    int e = errno;
+                    rc = eng__fail(err, errlen, -e, "%s: %s", dir, strerror(e));
+                    break;
+                }
+                *p = c;
+                if (c == '\0')
+                    break;
+            }
+        }
+    }
+    free(dir);
+    return rc;
+}
+
+static void fsync_parent(const char *path)
+{
+    char *dir = strdup(path);
+    if (!dir)
+        return;
+    char *slash = strrchr(dir, '/');
+    const char *d = ".";
+    if (slash) {
+        *(slash == dir ? slash + 1 : slash) = '\0';
+        d = dir;
+    }
+    int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    free(dir);
+}
+
+/* Write `root` to path atomically: tmp file beside it, fsync, rename. */
+static int write_atomic(const char *path, const json_t *root, char *err, size_t errlen)
+{
+    size_t n = strlen(path);
+    char *tmp = malloc(n + 8);
+    if (!tmp)
+        return eng__fail(err, errlen, -ENOMEM, "out of memory");
+    memcpy(tmp, path, n);
+    memcpy(tmp + n, ".XXXXXX", 8);
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        free(tmp);
+        return eng__fail(err, errlen, -e, "%s: cannot create a temporary file: %s", path,
+                         strerror(e));
+    }
+    int rc = 0;
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        rc = eng__fail(err, errlen, -e, "%s: %s", tmp, strerror(e));
+        goto out;
+    }
+    fchmod(fd, 0644);
+    errno = 0;
+    int dumped = json_dumpf(root, f, JSON_INDENT(2) | JSON_SORT_KEYS);
+    int wrote = dumped == 0 && fputc('\n', f) != EOF && fflush(f) == 0 && fsync(fd) == 0;
+    int e = errno;
+    if (fclose(f) != 0 && wrote) {
+        wrote = 0;
+        e = errno;
+    }
+    if (!wrote) {
+        if (!e)
+            e = EIO;
+        rc = eng__fail(err, errlen, -e, "%s: write failed: %s", tmp, strerror(e));
+        goto out;
+    }
+    if (rename(tmp, path) != 0) {
+        e = errno;
+        rc = eng__fail(err, errlen, -e, "%s: rename failed: %s", path, strerror(e));
+        goto out;
+    }
+    fsync_parent(path);
+out:
+    if (rc)
+        unlink(tmp);
+    free(tmp);
+    return rc;
+}
+
+static json_t *new_state(void)
+{
+    return json_pack("{s:i, s:{}}", "version", KSTATE_VERSION, "entries");
+}
+
+int eng_kstate_save(const char *path, const char *model_id, const char *device_id, int k,
+                    int n_layers, char *err, size_t errlen)
+{
+    int rc = check_ids(model_id, device_id, err, errlen);
+    if (rc)
+        return rc;
+    if (k < 1 || k > ENG_PLAN_MAX_LAYERS)
+        return eng__fail(err, errlen, -EINVAL, "runlist state: K %d is not in 1..%d", k,
+                         ENG_PLAN_MAX_LAYERS);
+    if ((rc = make_parent(path, err, errlen)) != 0)
+        return rc;
+
+    /* A corrupt or unreadable old file is replaced, and said so (return 1). */
+    char old_err[512] = "";
+    json_t *root;
+    int replaced = read_state(path, &root, old_err, sizeof old_err) != 0;
+    if (!root && !(root = new_state()))
+        return eng__fail(err, errlen, -ENOMEM, "out of memory");
+
+    char stamp[32] = "";
+    time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm))
+        strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &tm);
+
+    json_t *entries = json_object_get(root, "entries");
+    json_t *model = json_object_get(entries, model_id);
+    if (!json_is_object(model)) {
+        model = json_object();
+        if (!model || json_object_set_new(entries, model_id, model) != 0) {
+            json_decref(root);
+            return eng__fail(err, errlen, -EINVAL, "runlist state: cannot store model id \"%s\"",
+                             model_id);
+        }
+    }
+    json_t *entry = json_pack("{s:i, s:s}", "k", k, "updated", stamp);
+    if (entry && n_layers > 0)
+        json_object_set_new(entry, "n_layers", json_integer(n_layers));
+    if (!entry || json_object_set_new(model, device_id, entry) != 0) {
+        json_decref(root);
+        return eng__fail(err, errlen, -EINVAL, "runlist state: cannot store device id \"%s\"",
+                         device_id);
+    }
+    rc = write_atomic(path, root, err, errlen);
+    json_decref(root);
+    if (rc)
+        return rc;
+    if (replaced) {
+        eng__fail(err, errlen, 1, "replaced unreadable runlist state: %s", old_err);
+        return 1;
+    }
+    return 0;
+}
