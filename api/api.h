@@ -32,9 +32,10 @@
     XX(BUSY,               503, "unavailable_error",     "server_busy")                   \
     XX(SHUTTING_DOWN,      503, "unavailable_error",     "shutting_down")                 \
     /* A device fault from the worker; the code is the ERT state's name in lower \
-     * case, set per error by api_device_error_body() (api/chat-resp.h). 500 is  \
-     * for a device that could not be reset; server/chat.c answers 503 with     \
-     * Retry-After when the reset worked. */                                     \
+     * case, set per error by api_device_error_body() (api/chat-resp.h): 503   \
+     * with Retry-After when the device was reset and serves again, 500 when   \
+     * it could not be reset. */                                                \
+    XX(DEVICE_RESET,       503, "device_error",          NULL)                             \
     XX(DEVICE_FAULT,       500, "device_error",          NULL)
 
 enum api_error {
@@ -47,6 +48,9 @@ enum api_error {
 int api_error_status(enum api_error e);
 const char *api_error_type(enum api_error e);
 const char *api_error_code(enum api_error e);   /* may be NULL -> JSON null */
+/* The Retry-After to send with it (seconds, static), or NULL: "2" while the model
+ * loads, "1" when the queue is full or the device was reset. */
+const char *api_error_retry_after(enum api_error e);
 
 /* {"error":{"message":…,"type":…,"param":…|null,"code":…|null}}. `param` may be NULL. */
 char *api_error_body(enum api_error e, const char *message, const char *param);

@@ -14,7 +14,7 @@
 /* ---- refusing (chat-req.c) ------------------------------------------------- */
 
 /* `bad` = 400 invalid_request_error for `param` (NULL: none), the message printed
- * from `fmt` and cut to whole UTF-8 characters on one line. Returns -1, so checks
+ * from `fmt` and cut to whole UTF-8 characters on one line. Returns -EINVAL, so checks
  * end in `return api__refuse(...)`. */
 int api__refuse(struct api_bad_request *bad, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -7,6 +7,7 @@
  * api_chat_req_parse() (chat-req.c), which owns the order of the checks. */
 #include "api/chat-req-impl.h"
 
+#include <errno.h>
 #include <string.h>
 
 static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
@@ -53,7 +54,7 @@ static int check_tool_call(const json_t *call, const char *at, struct api_bad_re
     const char *s = NULL;
     api__path(p, sizeof p, "%s.id", at);
     if (api__get_string(call, "id", p, &s, bad))
-        return -1;
+        return -EINVAL;
     const json_t *type = api__opt(call, "type");
     api__path(p, sizeof p, "%s.type", at);
     if (type && !api__str_is(type, "function"))
@@ -124,7 +125,7 @@ static int check_message(const json_t *m, size_t i, struct api_bad_request *bad)
     const char *s = NULL;
     api__path(p, sizeof p, "%s.name", at);
     if (api__get_string(m, "name", p, &s, bad))
-        return -1;
+        return -EINVAL;
 
     const json_t *calls = api__opt(m, "tool_calls");
     api__path(p, sizeof p, "%s.tool_calls", at);
@@ -139,7 +140,7 @@ static int check_message(const json_t *m, size_t i, struct api_bad_request *bad)
     json_array_foreach(calls, j, call) {
         api__path(p, sizeof p, "%s.tool_calls[%zu]", at, j);
         if (check_tool_call(call, p, bad))
-            return -1;
+            return -EINVAL;
     }
 
     const json_t *content = api__opt(m, "content");
@@ -150,19 +151,19 @@ static int check_message(const json_t *m, size_t i, struct api_bad_request *bad)
                                              : "Missing required parameter: '%s'.",
                            p);
     if (content && json_is_array(content) && check_parts(content, p, bad))
-        return -1;
+        return -EINVAL;
     if (content && !json_is_string(content) && !json_is_array(content))
         return api__wrong_type(bad, p, "a string or an array of text parts", content);
 
     if (assistant) {
         api__path(p, sizeof p, "%s.reasoning_content", at);
         if (api__get_string(m, "reasoning_content", p, &s, bad))
-            return -1;
+            return -EINVAL;
     }
     if (strcmp(roles[r], "tool") == 0) {
         api__path(p, sizeof p, "%s.tool_call_id", at);
         if (api__get_string(m, "tool_call_id", p, &s, bad))
-            return -1;
+            return -EINVAL;
     }
     return 0;
 }
@@ -182,7 +183,7 @@ int api__check_messages(const json_t *body, struct api_bad_request *bad)
     const json_t *m;
     json_array_foreach(msgs, i, m) {
         if (check_message(m, i, bad))
-            return -1;
+            return -EINVAL;
     }
     return 0;
 }

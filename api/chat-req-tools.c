@@ -7,6 +7,8 @@
  * and narrows the tools the template shows for a named function. */
 #include "api/chat-req-impl.h"
 
+#include <errno.h>
+
 /* A function name the model's XML can carry back: what the output parser accepts
  * (1..256 bytes, no '"', '<', '>' or control characters). */
 static bool name_ok(const json_t *name)
@@ -76,7 +78,7 @@ int api__check_tools(const json_t *tools, struct api_bad_request *bad)
         const char *s = NULL;
         api__path(p, sizeof p, "tools[%zu].function.description", i);
         if (api__get_string(fn, "description", p, &s, bad))
-            return -1;
+            return -EINVAL;
         const json_t *params = api__opt(fn, "parameters");
         api__path(p, sizeof p, "tools[%zu].function.parameters", i);
         if (params && !json_is_object(params))
@@ -84,7 +86,7 @@ int api__check_tools(const json_t *tools, struct api_bad_request *bad)
         bool strict = false;
         api__path(p, sizeof p, "tools[%zu].function.strict", i);
         if (api__get_bool(fn, "strict", p, &strict, bad))
-            return -1;
+            return -EINVAL;
     }
     return 0;
 }

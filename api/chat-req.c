@@ -56,7 +56,7 @@ static int refuse_as(struct api_bad_request *bad, enum api_error e, const char *
     for (char *c = bad->message; *c; c++) /* one line, even when it quotes input */
         if ((unsigned char)*c < ' ')
             *c = ' ';
-    return -1;
+    return -EINVAL;
 }
 
 int api__refuse(struct api_bad_request *bad, const char *param, const char *fmt, ...)
@@ -65,7 +65,7 @@ int api__refuse(struct api_bad_request *bad, const char *param, const char *fmt,
     va_start(ap, fmt);
     refuse_as(bad, API_ERR_BAD_REQUEST, param, fmt, ap);
     va_end(ap);
-    return -1;
+    return -EINVAL;
 }
 
 static int oom(struct api_bad_request *bad)
@@ -73,7 +73,7 @@ static int oom(struct api_bad_request *bad)
     bad->error = API_ERR_INTERNAL;
     bad->param[0] = '\0';
     snprintf(bad->message, sizeof bad->message, "out of memory while reading the request");
-    return -1;
+    return -ENOMEM;
 }
 
 /* A JSON path for `param`; one that does not fit is cut (api__refuse() then trims it to
@@ -368,7 +368,7 @@ static uint64_t random_seed(void)
 static int check_stream(const json_t *body, struct api_chat_req *r, struct api_bad_request *bad)
 {
     if (api__get_bool(body, "stream", "stream", &r->stream, bad))
-        return -1;
+        return -EINVAL;
     const json_t *so = api__opt(body, "stream_options");
     if (!so)
         return 0;
@@ -395,15 +395,15 @@ static int check_sampling(const json_t *body, struct api_chat_req *r,
                    &s->frequency_penalty, bad) ||
         get_number(body, "repetition_penalty", (struct range){0, INFINITY, true, false},
                    &s->repetition_penalty, bad))
-        return -1;
+        return -EINVAL;
     long long v;
     bool given;
     if (get_integer(body, "top_k", 0, LLONG_MAX, &v, &given, bad))
-        return -1;
+        return -EINVAL;
     if (given)
         s->top_k = v > INT_MAX ? INT_MAX : (int)v;
     if (get_integer(body, "seed", LLONG_MIN, LLONG_MAX, &v, &r->has_seed, bad))
-        return -1;
+        return -EINVAL;
     s->seed = r->has_seed ? (uint64_t)v : random_seed();
     return 0;
 }
@@ -415,7 +415,7 @@ static int check_lengths(const json_t *body, struct api_chat_req *r,
     bool mct, mt;
     if (get_integer(body, "max_completion_tokens", 1, LLONG_MAX, &v, &mct, bad) ||
         get_integer(body, "max_tokens", 1, LLONG_MAX, &w, &mt, bad))
-        return -1;
+        return -EINVAL;
     /* max_tokens is OpenAI's deprecated name; the newer one wins when both are set. */
     long long m = mct ? v : mt ? w : 0;
     r->max_tokens = m > INT32_MAX ? INT32_MAX : (int32_t)m;
@@ -424,7 +424,7 @@ static int check_lengths(const json_t *body, struct api_chat_req *r,
     if (n) {
         long long k = 0;
         if (get_integer(body, "n", LLONG_MIN, LLONG_MAX, &k, NULL, bad))
-            return -1;
+            return -EINVAL;
         if (k != 1)
             return api__refuse(bad, "n", "Invalid 'n': minicpmd generates one choice per request, "
                                          "so 'n' must be 1 (got %lld). Send separate requests for "
@@ -441,7 +441,7 @@ static int check_logprobs(const json_t *body, struct api_chat_req *r,
     bool given;
     if (api__get_bool(body, "logprobs", "logprobs", &r->logprobs, bad) ||
         get_integer(body, "top_logprobs", 0, API_CHAT_MAX_TOP_LOGPROBS, &k, &given, bad))
-        return -1;
+        return -EINVAL;
     if (given && !r->logprobs)
         return api__refuse(bad, "top_logprobs", "Invalid 'top_logprobs': it requires 'logprobs' to "
                                                 "be true.");
@@ -449,40 +449,35 @@ static int check_logprobs(const json_t *body, struct api_chat_req *r,
     return 0;
 }
 
-static int check_kwargs(const json_t *body, struct api_bad_request *bad)
+/* What the template is given: the messages, add_generation_prompt (default true),
+ * chat_template_kwargs.enable_thinking (true / false; absent or null: the
+ * template's default) and the tools the parser will recognise. Read here once;
+ * the prompt builder and /apply-template take r->chat as it is. */
+static int check_template_params(const json_t *body, struct api_chat_req *r,
+                                 struct api_bad_request *bad)
 {
+    bool agp = true;
+    if (api__get_bool(body, "add_generation_prompt", "add_generation_prompt", &agp, bad))
+        return -EINVAL;
+    r->chat = (struct eng_chat_params){
+        .messages = json_object_get(body, "messages"),
+        .tools = r->parser_tools,
+        .add_generation_prompt = agp,
+        .thinking = ENG_THINKING_UNSET,
+        .bos_token = "<s>",
+        .eos_token = "</s>",
+    };
     const json_t *kw = api__opt(body, "chat_template_kwargs");
     if (!kw)
         return 0;
     if (!json_is_object(kw))
         return api__wrong_type(bad, "chat_template_kwargs", "an object", kw);
+    if (!api__opt(kw, "enable_thinking"))
+        return 0;
     bool on = false;
-    return api__get_bool(kw, "enable_thinking", "chat_template_kwargs.enable_thinking", &on, bad);
-}
-
-/* The object the template is given: messages, add_generation_prompt,
- * chat_template_kwargs as sent, and the tools the parser will recognise. */
-static int build_prompt_request(const json_t *body, struct api_chat_req *r,
-                                struct api_bad_request *bad)
-{
-    static const char *const keep[] = {"messages", "add_generation_prompt",
-                                       "chat_template_kwargs"};
-    r->prompt_ = json_object();
-    if (!r->prompt_)
-        return oom(bad);
-    for (size_t i = 0; i < sizeof keep / sizeof *keep; i++) {
-        json_t *v = json_object_get(body, keep[i]);
-        if (v && json_object_set(r->prompt_, keep[i], v) != 0)
-            return oom(bad);
-    }
-    if (r->parser_tools && json_object_set(r->prompt_, "tools", (json_t *)r->parser_tools) != 0)
-        return oom(bad);
-    r->prompt_request = r->prompt_;
-    char err[256], param[128];
-    if (eng_chat_params_from_request(r->prompt_, &r->chat, err, sizeof err, param,
-                                     sizeof param) != 0)
-        return api__refuse(bad, param[0] ? param : NULL, "%s", err);
-    r->thinking = r->chat.thinking;
+    if (api__get_bool(kw, "enable_thinking", "chat_template_kwargs.enable_thinking", &on, bad))
+        return -EINVAL;
+    r->chat.thinking = on ? ENG_THINKING_ON : ENG_THINKING_OFF;
     return 0;
 }
 
@@ -507,15 +502,17 @@ int api_chat_req_parse(const json_t *body, const struct api_chat_limits *lim,
     int32_t n_vocab = lim && lim->n_vocab > 0 ? lim->n_vocab : INT32_MAX;
 
     const json_t *model = api__opt(body, "model");
-    if (!model) {
+    if (!model && lim && lim->template_only) {
+        r->model = NULL;
+    } else if (!model) {
         api__refuse(bad, "model", "Missing required parameter: 'model'.");
         goto err;
-    }
-    if (!json_is_string(model)) {
+    } else if (!json_is_string(model)) {
         api__wrong_type(bad, "model", "a string", model);
         goto err;
+    } else {
+        r->model = json_string_value(model);
     }
-    r->model = json_string_value(model);
 
     const json_t *tools = api__opt(body, "tools");
     size_t named = 0;
@@ -523,7 +520,7 @@ int api_chat_req_parse(const json_t *body, const struct api_chat_limits *lim,
         check_lengths(body, r, bad) || check_sampling(body, r, bad) ||
         check_stop(body, r, bad) || check_logit_bias(body, n_vocab, r, bad) ||
         check_logprobs(body, r, bad) || (tools && api__check_tools(tools, bad)) ||
-        api__check_tool_choice(body, tools, r, &named, bad) || check_kwargs(body, bad) ||
+        api__check_tool_choice(body, tools, r, &named, bad) ||
         api__get_string(body, "user", "user", &r->user, bad))
         goto err;
 
@@ -540,13 +537,13 @@ int api_chat_req_parse(const json_t *body, const struct api_chat_limits *lim,
     } else if (r->tool_choice != API_TOOL_CHOICE_NONE) {
         r->parser_tools = tools;
     }
-    if (build_prompt_request(body, r, bad))
+    if (check_template_params(body, r, bad))
         goto err;
     *out = r;
     return 0;
 err:
     api_chat_req_free(r);
-    return -1;
+    return -EINVAL;
 }
 
 void api_chat_req_free(struct api_chat_req *r)
@@ -555,7 +552,6 @@ void api_chat_req_free(struct api_chat_req *r)
         return;
     free(r->bias_);
     json_decref(r->parser_tools_);
-    json_decref(r->prompt_);
     json_decref(r->body_);
     free(r);
 }
@@ -576,13 +572,13 @@ int api_chat_req_check_model(const char *model, const char *served_id,
              "lists the models).",
              api__quoted(model ? model : "").s);
     utf8_trim_tail(bad->message);
-    return -1;
+    return -ENOENT;
 }
 
 int32_t api_chat_req_budget(const struct api_chat_req *r, int32_t n_prompt, int32_t n_ctx)
 {
     if (n_prompt < 0 || n_ctx <= 0 || n_prompt >= n_ctx)
-        return -1;
+        return -ERANGE;
     int32_t left = n_ctx - n_prompt;
     return r && r->max_tokens > 0 && r->max_tokens < left ? r->max_tokens : left;
 }

@@ -17,8 +17,8 @@
 
 #include "api/api.h"
 #include "api/text.h"            /* struct api_bad_request */
-#include "engine/text/template.h"
-#include "engine/worker/sample.h"
+#include "engine/template.h"
+#include "engine/gen.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -34,6 +34,7 @@ struct api_chat_limits {
     int32_t n_vocab;                        /* logit_bias ids must be < n_vocab (> 0) */
     const struct eng_sampling *defaults;    /* the pack's (eng_sampling_defaults), or NULL
                                              * for neutral knobs; copied, not kept */
+    bool template_only;                     /* /apply-template: `model` may be absent */
 };
 
 enum api_tool_choice {
@@ -52,7 +53,8 @@ struct api_chat_stop {
  * Everything is read-only for the caller; strings and JSON borrow from the body,
  * which the request holds a reference to, so they live as long as the request. */
 struct api_chat_req {
-    const char *model;          /* as given; see api_chat_req_check_model() */
+    const char *model;          /* as given (NULL only with template_only); see
+                                   api_chat_req_check_model() */
     bool stream;
     bool include_usage;         /* stream_options.include_usage */
 
@@ -82,27 +84,22 @@ struct api_chat_req {
     const json_t *parser_tools;
 
     const char *user;           /* or NULL */
-    enum eng_thinking thinking; /* chat_template_kwargs.enable_thinking */
 
-    /* What the chat template is given: `prompt_request` is an object holding the
-     * request's messages, add_generation_prompt, chat_template_kwargs and the tools
-     * the template shows (parser_tools, the same decision); pass it to
-     * eng_prompt_build(). `chat` is eng_chat_params_from_request() of it, for
-     * eng_chat_render(). */
-    const json_t *prompt_request;
+    /* What the chat template is given (messages, the tools parser_tools names,
+     * add_generation_prompt, enable_thinking), read once: eng_prompt_build() and
+     * /apply-template render exactly this. Borrows from the body. */
     struct eng_chat_params chat;
 
     /* private */
     json_t *body_;
-    json_t *prompt_;
     json_t *parser_tools_;
     struct eng_logit_bias *bias_;
 };
 
 /* Validate `body` (a JSON object: api_parse_object()) and build the request.
- * Returns 0 and *out (the caller frees it with api_chat_req_free()), or -1 with
+ * Returns 0 and *out (the caller frees it with api_chat_req_free()), or -EINVAL with
  * `bad` filled: API_ERR_BAD_REQUEST with the param and a one-line message, or
- * API_ERR_INTERNAL when out of memory. `body` is referenced, not copied. The
+ * API_ERR_INTERNAL (-ENOMEM) when out of memory. `body` is referenced, not copied. The
  * model is only checked to be a string here: api_chat_req_check_model() decides
  * whether it is served. */
 int api_chat_req_parse(const json_t *body, const struct api_chat_limits *lim,
@@ -110,7 +107,7 @@ int api_chat_req_parse(const json_t *body, const struct api_chat_limits *lim,
 void api_chat_req_free(struct api_chat_req *r);   /* accepts NULL */
 
 /* Whether `model` names the served model: its id or one of `n_aliases` aliases,
- * compared exactly. Returns 0, or -1 with `bad` = API_ERR_MODEL_NOT_FOUND (404,
+ * compared exactly. Returns 0, or -ENOENT with `bad` = API_ERR_MODEL_NOT_FOUND (404,
  * param "model"). Never falls back to the served model. */
 int api_chat_req_check_model(const char *model, const char *served_id,
                              const char *const *aliases, size_t n_aliases,
@@ -118,9 +115,9 @@ int api_chat_req_check_model(const char *model, const char *served_id,
 
 /* The number of tokens to generate once the prompt is known: the request's
  * max_tokens clamped to what is left of the context (n_ctx - n_prompt), or all of
- * it when none was asked. Returns that (>= 1), or -1 when the prompt leaves no room
+ * it when none was asked. Returns that (>= 1), or -ERANGE when the prompt leaves no room
  * for a single token: answer api_context_length_body(n_ctx, n_prompt,
- * r->max_tokens) with status 400, in both modes. */
+ * r->max_tokens) with status 400, in both modes (api_chat_refuse). */
 int32_t api_chat_req_budget(const struct api_chat_req *r, int32_t n_prompt, int32_t n_ctx);
 
 #endif

@@ -184,7 +184,7 @@ char *api_context_length_body(int32_t n_ctx, int32_t n_prompt, int32_t n_complet
 char *api_server_busy_body(int queue_limit);
 
 /* A device fault the worker gave up on. Plain fields, so the worker's struct
- * eng_device_error (engine/device/ert.h) maps onto it: ert_name = eng_ert_name(state),
+ * eng_device_error (engine/ert.h) maps onto it: ert_name = eng_ert_name(state),
  * phase = eng_phase_name(phase), layer_first/layer_last = layer_begin and
  * layer_end - 1. A negative number or NULL string means unknown and is left out. */
 struct api_device_error {

@@ -18,6 +18,16 @@ static int valid(enum api_error e) { return (int)e >= 0 && e < API_ERR__COUNT; }
 
 int api_error_status(enum api_error e) { return valid(e) ? error_table[e].status : 500; }
 
+const char *api_error_retry_after(enum api_error e)
+{
+    switch (e) {
+    case API_ERR_LOADING: return "2";
+    case API_ERR_BUSY:
+    case API_ERR_DEVICE_RESET: return "1";
+    default: return NULL;
+    }
+}
+
 const char *api_error_type(enum api_error e)
 {
     return valid(e) ? error_table[e].type : "server_error";

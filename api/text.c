@@ -1,5 +1,6 @@
 #include "api/text.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +18,7 @@ static int refuse(struct api_bad_request *bad, enum api_error e, const char *par
     va_start(ap, fmt);
     vsnprintf(bad->message, sizeof bad->message, fmt, ap);
     va_end(ap);
-    return -1;
+    return -EINVAL;
 }
 
 json_t *api_parse_object(const char *body, size_t len, struct api_bad_request *bad)
@@ -65,7 +66,7 @@ int api_tokenize_parse(const json_t *root, struct api_tokenize_req *req,
     if (opt_bool(root, "add_special", false, &req->add_special, bad) ||
         opt_bool(root, "parse_special", true, &req->parse_special, bad) ||
         opt_bool(root, "with_pieces", false, &req->with_pieces, bad))
-        return -1;
+        return -EINVAL;
     return 0;
 }
 

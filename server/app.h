@@ -5,12 +5,10 @@
 #include "api/api.h"
 #include "config/config.h"
 #include "engine/engine.h"
-#include "engine/worker/sample.h"
-#include "engine/text/tokenizer.h"
-#include "engine/worker/worker.h"
 #include "server/http.h"
 #include "server/metrics.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct srv_app {
@@ -19,23 +17,18 @@ struct srv_app {
     const char *device;              /* the device that serves, for /health */
     enum api_health_state state;     /* loop thread only */
     uv_loop_t *loop;
-    eng_pack *pack;                  /* set when state == API_HEALTH_OK */
-    eng_tokenizer *tok;              /* the pack's tokenizer, with the pack */
+    eng_engine *eng;                 /* set when state == API_HEALTH_OK */
     char *load_error;
     int64_t model_created;           /* unix time the model became ready */
     srv_http *http;
     srv_metrics *metrics;
     struct srv_mailbox *mailbox;     /* worker -> loop thread */
-
-    /* generation, set with the model */
-    struct eng_device *dev;
-    eng_worker *worker;
-    int n_ctx;                       /* positions a request may use */
-    int32_t stop_ids[16];            /* the pack's (eng_pack_stop_ids) */
-    int n_stop_ids;
-    struct eng_sampling sampling;    /* the pack's defaults (generation_config.json) */
     struct chat *chats;              /* live /v1/chat/completions requests */
 };
+
+/* Answers 503 (loading, with Retry-After, or no model) and returns true when no
+ * model is ready to serve a generation or tokenizer route. server/handlers.c */
+bool srv_app_refuse_unready(const struct srv_app *app, struct srv_response *resp);
 
 /* server/text.c */
 int srv_h_tokenize(srv_request *req, struct srv_response *resp);

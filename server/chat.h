@@ -2,7 +2,7 @@
 #ifndef MINICPMD_SERVER_CHAT_H
 #define MINICPMD_SERVER_CHAT_H
 
-#include "engine/worker/worker.h"
+#include "engine/gen.h"
 #include "server/http.h"
 
 struct srv_app;

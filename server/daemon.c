@@ -7,7 +7,6 @@
 #include "server/daemon.h"
 
 #include "minicpmd-build.h"
-#include "engine/text/template.h"
 #include "server/app.h"
 #include "server/chat.h"
 #include "server/listen.h"
@@ -29,7 +28,7 @@
 #define DRAIN_POLL_MS 50
 
 struct load_result {
-    struct srv_model model;
+    eng_engine *eng;
     int rc;
     char err[512];
 };
@@ -53,13 +52,7 @@ static void stop_now(struct daemon *d);
 
 /* ---- model loading ---------------------------------------------------------- */
 
-static void log_model_warning(void *ctx, const char *msg)
-{
-    (void)ctx;
-    log_warn("%s", msg);
-}
-
-static void log_worker(void *ctx, enum eng_log_level level, const char *msg)
+static void log_engine(void *ctx, enum eng_log_level level, const char *msg)
 {
     (void)ctx;
     enum cfg_log_level l = level == ENG_LOG_ERROR  ? CFG_LOG_ERROR
@@ -70,124 +63,32 @@ static void log_worker(void *ctx, enum eng_log_level level, const char *msg)
         srv_log(l, "%s", msg);
 }
 
-/* The device and the worker over it. */
-static int start_engine(const struct cfg *cfg, eng_worker_emit_fn emit, void *emit_ctx,
-                        struct srv_model *m, char *err, size_t errlen)
+void srv_engine_opts(const struct cfg *cfg, const char *device, struct eng_engine_opts *o)
 {
-    const struct eng_pack_info *info = eng_pack_get_info(m->pack);
-    struct eng_fault_list faults = {0};
-    const char *spec = cfg->fault ? cfg->fault : getenv("MINICPMD_FAULTS");
-    int rc = -1;
-    char e2[400];
-    if (spec && *spec) {
-        if (eng_fault_list_parse(&faults, spec, e2, sizeof e2) != 0 ||
-            eng_fault_list_check(&faults, info->hp.n_layers, e2, sizeof e2) != 0) {
-            snprintf(err, errlen, "--fault: %s", e2);
-            goto out;
-        }
-        if (cfg->device != CFG_DEVICE_SIM) {
-            snprintf(err, errlen, "--fault needs --device sim (faults are injected by the "
-                                  "simulated NPU)");
-            goto out;
-        }
-    }
-    struct eng_device_opts dopts = {
+    const char *faults = cfg->fault ? cfg->fault : getenv("MINICPMD_FAULTS");
+    *o = (struct eng_engine_opts){
+        .device = device,
         .n_threads = cfg->threads,
         .act = cfg->precision == CFG_PRECISION_F32 ? ENG_ACT_F32 : ENG_ACT_Q8,
         .qk_norm = cfg->qk_norm == CFG_QK_NORM_ON    ? ENG_QK_NORM_ON
                    : cfg->qk_norm == CFG_QK_NORM_OFF ? ENG_QK_NORM_OFF
                                                      : ENG_QK_NORM_AUTO,
-        .warn = log_model_warning,
-        .sim_runlist_limit = cfg->sim_runlist_limit,
-        .sim_timeout_ms = cfg->sim_timeout_ms,
-        .sim_latency_us = cfg->sim_latency_us,
-        .faults = faults.n ? &faults : NULL,
-    };
-    if (eng_device_open(cfg_device_name(cfg->device), &dopts, &m->dev, e2, sizeof e2) != 0) {
-        snprintf(err, errlen, "--device %s: %s", cfg_device_name(cfg->device), e2);
-        goto out;
-    }
-    int n_ctx = cfg->ctx_size > 0 ? cfg->ctx_size : info->hp.n_ctx_train;
-    if (n_ctx > info->hp.n_ctx_train) {
-        snprintf(err, errlen, "--ctx-size %d: the model has %d positions", cfg->ctx_size,
-                 info->hp.n_ctx_train);
-        goto out;
-    }
-    struct eng_worker_opts wo = {
+        .n_ctx = cfg->ctx_size,
         .queue_size = cfg->queue_size,
         .prefill_chunk = cfg->prefill_chunk,
         .prompt_cache = cfg->prompt_cache,
-        .n_ctx = n_ctx,
         .kmode = cfg->runlist_layers == CFG_RUNLIST_AUTO  ? ENG_KMODE_AUTO
                  : cfg->runlist_layers == CFG_RUNLIST_ALL ? ENG_KMODE_ALL
                                                           : ENG_KMODE_FIXED,
         .fixed_k = cfg->runlist_layers > 0 ? cfg->runlist_layers : 0,
         .max_retries = cfg->runlist_retries,
         .state_dir = cfg->state_dir,
-        .log = log_worker,
+        .faults = faults,
+        .sim_runlist_limit = cfg->sim_runlist_limit,
+        .sim_timeout_ms = cfg->sim_timeout_ms,
+        .sim_latency_us = cfg->sim_latency_us,
+        .log = log_engine,
     };
-    if (eng_worker_new(m->dev, m->pack, m->tok, &wo, emit, emit_ctx, &m->worker, e2,
-                       sizeof e2) != 0) {
-        snprintf(err, errlen, "%s", e2);
-        goto out;
-    }
-    m->n_ctx = n_ctx;
-    rc = 0;
-out:
-    eng_fault_list_clear(&faults);
-    return rc;
-}
-
-int srv_model_load(const char *dir, const struct cfg *cfg, eng_worker_emit_fn emit,
-                   void *emit_ctx, struct srv_model *m, char *err, size_t errlen)
-{
-    char path[4096];
-    *m = (struct srv_model){0};
-    if (eng_pack_open(dir, &m->pack, err, errlen) != 0)
-        return -1;
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    char terr[400];
-    m->tok = eng_tokenizer_load(path, terr, sizeof terr);
-    if (!m->tok) {
-        snprintf(err, errlen, "%s", terr);
-        srv_model_free(m);
-        return -1;
-    }
-    int n = eng_pack_stop_ids(m->pack, m->stop_ids, 16, terr, sizeof terr);
-    if (n < 0 || eng_sampling_defaults(m->pack, &m->sampling, terr, sizeof terr) != 0) {
-        snprintf(err, errlen, "%s", terr);
-        srv_model_free(m);
-        return -1;
-    }
-    m->n_stop_ids = n;
-    /* The renderer is MiniCPM5's template in C: a pack whose own template differs
-     * would be rendered as MiniCPM5's. Say so rather than guess. */
-    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
-    FILE *f = fopen(path, "rb");
-    if (f) {
-        char buf[16384];
-        size_t nb = fread(buf, 1, sizeof buf, f);
-        fclose(f);
-        if (!eng_chat_template_is_official(buf, nb))
-            snprintf(m->warning, sizeof m->warning,
-                     "%.160s is not the official MiniCPM5-2B template; prompts are rendered "
-                     "with the built-in MiniCPM5 template",
-                     path);
-    }
-    if (start_engine(cfg, emit, emit_ctx, m, err, errlen) != 0) {
-        srv_model_free(m);
-        return -1;
-    }
-    return 0;
-}
-
-void srv_model_free(struct srv_model *m)
-{
-    eng_worker_free(m->worker);
-    eng_device_free(m->dev);
-    eng_tokenizer_free(m->tok);
-    eng_pack_free(m->pack);
-    *m = (struct srv_model){0};
 }
 
 static void on_loaded(void *data)
@@ -198,7 +99,8 @@ static void on_loaded(void *data)
     d->loader_running = false;
     uv_timer_stop(&d->extend);
     if (d->stopping) {           /* shutdown began while loading */
-        srv_model_free(&d->load.model);
+        eng_engine_free(d->load.eng);
+        d->load.eng = NULL;
         return;
     }
     if (d->load.rc != 0) {
@@ -210,20 +112,11 @@ static void on_loaded(void *data)
         stop_now(d);
         return;
     }
-    if (d->load.model.warning[0])
-        log_warn("%s", d->load.model.warning);
-    const struct eng_pack_info *info = eng_pack_get_info(d->load.model.pack);
-    d->app.pack = d->load.model.pack;
-    d->app.tok = d->load.model.tok;
-    d->app.dev = d->load.model.dev;
-    d->app.worker = d->load.model.worker;
-    d->app.n_ctx = d->load.model.n_ctx;
-    memcpy(d->app.stop_ids, d->load.model.stop_ids, sizeof d->app.stop_ids);
-    d->app.n_stop_ids = d->load.model.n_stop_ids;
-    d->app.sampling = d->load.model.sampling;
-    d->app.device = eng_device_get_name(d->app.dev);
-    log_info("device: %s", eng_device_get_description(d->app.dev));
-    d->load.model = (struct srv_model){0};
+    d->app.eng = d->load.eng;
+    d->load.eng = NULL;
+    const struct eng_pack_info *info = eng_pack_get_info(eng_engine_pack(d->app.eng));
+    d->app.device = eng_engine_device_name(d->app.eng);
+    log_info("device: %s", eng_engine_device_description(d->app.eng));
     d->app.model_created = (int64_t)time(NULL);
     d->app.state = API_HEALTH_OK;
     log_info("model %s ready: %s pack, %d layers, %d heads / %d kv heads, vocab %d, %s "
@@ -237,10 +130,14 @@ static void on_loaded(void *data)
 static void loader_main(void *arg)
 {
     struct daemon *d = arg;
-    d->load.rc = srv_model_load(d->app.model->path, d->app.cfg, srv_chat_emit, &d->app,
-                                &d->load.model, d->load.err, sizeof d->load.err);
-    if (srv_mailbox_post(d->mailbox, on_loaded, d) != 0)
-        srv_model_free(&d->load.model); /* the loop is gone; nobody reads the result */
+    struct eng_engine_opts o;
+    srv_engine_opts(d->app.cfg, d->app.device, &o);
+    d->load.rc = eng_engine_open(d->app.model->path, &o, srv_chat_emit, &d->app, &d->load.eng,
+                                 d->load.err, sizeof d->load.err);
+    if (srv_mailbox_post(d->mailbox, on_loaded, d) != 0) {
+        eng_engine_free(d->load.eng); /* the loop is gone; nobody reads the result */
+        d->load.eng = NULL;
+    }
 }
 
 static void on_extend(uv_timer_t *t)
@@ -297,8 +194,7 @@ static void stop_now(struct daemon *d)
     }
     /* The worker ends its requests (final events, posted to the mailbox) before
      * the mailbox runs what is queued and closes. */
-    eng_worker_free(d->app.worker);
-    d->app.worker = NULL;
+    eng_engine_stop(d->app.eng);
     srv_mailbox_close(d->mailbox);  /* runs a pending on_loaded, which frees */
     d->mailbox = NULL;
     d->app.mailbox = NULL;
@@ -372,13 +268,6 @@ static void on_watchdog(uv_timer_t *t)
 
 /* ---- start ------------------------------------------------------------------- */
 
-static const char *serving_device(enum cfg_device d)
-{
-    /* The device registry arrives with the worker; until then the CPU is the only
-     * engine, and "sim" is its NPU model. */
-    return d == CFG_DEVICE_SIM ? "sim" : d == CFG_DEVICE_XRT ? "xrt" : "cpu";
-}
-
 static int init_handles(struct daemon *d)
 {
     uv_signal_init(&d->loop, &d->sig_term);
@@ -400,7 +289,8 @@ static int init_handles(struct daemon *d)
     return d->mailbox ? 0 : -1;
 }
 
-int srv_daemon_run(const struct cfg *cfg, const struct cfg_model_location *model)
+int srv_daemon_run(const struct cfg *cfg, const struct cfg_model_location *model,
+                   const char *device)
 {
     struct daemon *d = calloc(1, sizeof *d);
     char err[512];
@@ -410,7 +300,7 @@ int srv_daemon_run(const struct cfg *cfg, const struct cfg_model_location *model
     d->app.cfg = cfg;
     d->app.model = model;
     d->app.loop = &d->loop;
-    d->app.device = serving_device(cfg->device);
+    d->app.device = device;
     d->app.state = API_HEALTH_NO_MODEL;
     if (uv_loop_init(&d->loop) != 0) {
         free(d);
@@ -474,9 +364,7 @@ out_handles:
     uv_run(&d->loop, UV_RUN_DEFAULT);
     rc = 1;
 out_free:
-    eng_device_free(d->app.dev);
-    eng_tokenizer_free(d->app.tok);
-    eng_pack_free(d->app.pack);
+    eng_engine_free(d->app.eng);
     free(d->app.load_error);
     srv_metrics_free(d->app.metrics);
 out_loop:

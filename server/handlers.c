@@ -11,7 +11,7 @@ static struct srv_app *app_of(srv_request *req) { return srv_request_app(req); }
 
 static void fill_meta(const struct srv_app *app, struct api_model_meta *meta)
 {
-    const struct eng_pack_info *info = eng_pack_get_info(app->pack);
+    const struct eng_pack_info *info = eng_pack_get_info(eng_engine_pack(app->eng));
     *meta = (struct api_model_meta){
         .n_layers = info->hp.n_layers,
         .n_embd = info->hp.n_embd,
@@ -39,7 +39,7 @@ static bool describe_model(const struct srv_app *app, struct api_model *m,
 {
     if (!app->model || app->model->source == CFG_MODEL_NONE)
         return false;
-    bool ready = app->state == API_HEALTH_OK && app->pack;
+    bool ready = app->state == API_HEALTH_OK && app->eng;
     if (ready)
         fill_meta(app, meta);
     *m = (struct api_model){
@@ -50,6 +50,17 @@ static bool describe_model(const struct srv_app *app, struct api_model *m,
         .status = model_status(app->state),
         .demo = app->model->source == CFG_MODEL_EMBEDDED,
     };
+    return true;
+}
+
+bool srv_app_refuse_unready(const struct srv_app *app, struct srv_response *resp)
+{
+    if (app->state == API_HEALTH_OK && app->eng)
+        return false;
+    enum api_error e = app->state == API_HEALTH_LOADING ? API_ERR_LOADING : API_ERR_NO_MODEL;
+    srv_response_error(resp, e, NULL,
+                       e == API_ERR_LOADING ? "the model is loading" : "no model is loaded");
+    resp->retry_after = api_error_retry_after(e);
     return true;
 }
 
@@ -65,9 +76,9 @@ static int h_health(srv_request *req, struct srv_response *resp)
                                                         "--model in the README"
                                                       : NULL,
     };
-    if (app->worker && h.state == API_HEALTH_OK) {
+    if (app->eng && h.state == API_HEALTH_OK) {
         struct eng_worker_stats ws;
-        eng_worker_get_stats(app->worker, &ws);
+        eng_engine_get_stats(app->eng, &ws);
         if ((h.device_down = ws.device_down))
             h.detail = "the last device reset failed: each request tries a reset first and "
                        "is refused with a 500 device_error while it fails";
@@ -111,13 +122,13 @@ static int h_metrics(srv_request *req, struct srv_response *resp)
 {
     struct srv_app *app = app_of(req);
     struct eng_worker_stats ws;
-    if (app->worker)
-        eng_worker_get_stats(app->worker, &ws);
+    if (app->eng)
+        eng_engine_get_stats(app->eng, &ws);
     struct srv_metrics_gauges g = {
         .in_flight = srv_http_inflight(app->http),
         .connections = srv_http_connections(app->http),
-        .queue_depth = app->worker ? (size_t)ws.queue_depth : 0,
-        .worker = app->worker ? &ws : NULL,
+        .queue_depth = app->eng ? (size_t)ws.queue_depth : 0,
+        .worker = app->eng ? &ws : NULL,
         .model_state = (int)app->state,
         .model_id = app->model && app->model->source != CFG_MODEL_NONE ? app->model->id : NULL,
         .device = app->device,

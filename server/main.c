@@ -6,7 +6,7 @@
  */
 #include "config/config.h"
 #include "engine/engine.h"
-#include "engine/device/xrt/xrt.h"
+#include "engine/xrt.h"
 #include "minicpmd-build.h"
 #include "server/daemon.h"
 #include "server/log.h"
@@ -73,27 +73,28 @@ static void ignore_event(void *ctx, const struct eng_event *ev)
 }
 
 /* --check: everything the daemon would do before serving, then exit. */
-static int run_check(const struct cfg *cfg, const struct cfg_model_location *loc)
+static int run_check(const struct cfg *cfg, const struct cfg_model_location *loc,
+                     const char *device)
 {
     if (loc->source == CFG_MODEL_NONE) {
         fprintf(stderr, "minicpmd: check failed: no model configured or found (use --model)\n");
         return 1;
     }
     char err[512];
-    struct srv_model m;
-    if (srv_model_load(loc->path, cfg, ignore_event, NULL, &m, err, sizeof err) != 0) {
+    struct eng_engine_opts o;
+    eng_engine *eng;
+    srv_engine_opts(cfg, device, &o);
+    if (eng_engine_open(loc->path, &o, ignore_event, NULL, &eng, err, sizeof err) != 0) {
         fprintf(stderr, "minicpmd: check failed: model %s: %s\n", loc->id, err);
         return 1;
     }
-    if (m.warning[0])
-        log_warn("%s", m.warning);
-    const struct eng_pack_info *info = eng_pack_get_info(m.pack);
+    const struct eng_pack_info *info = eng_pack_get_info(eng_engine_pack(eng));
     printf("minicpmd: ok: model %s (%s, %s) at %s: %s, %d layers, vocab %d; would listen on "
            "%s:%d, device %s\n",
            loc->id, cfg_model_source_name(loc->source), info->model_type, loc->path,
            eng_weights_format_name(info->format), info->hp.n_layers, info->hp.n_vocab,
-           cfg->host, cfg->port, eng_device_get_description(m.dev));
-    srv_model_free(&m);
+           cfg->host, cfg->port, eng_engine_device_description(eng));
+    eng_engine_free(eng);
     return 0;
 }
 
@@ -143,7 +144,7 @@ int main(int argc, char **argv)
     if (loc.warning)
         log_warn("%s", loc.warning);
     /* The NPU: --npu-probe, and the device choice, settled before listening so that
-     * an unusable `--device xrt` exits 2 with one line (engine/device/xrt/xrt.h). */
+     * an unusable `--device xrt` exits 2 with one line (engine/xrt.h). */
     eng_xrt_configure(&(struct eng_xrt_config){.kernels_dir = cfg.npu_kernels,
                                                .ctx_size = cfg.ctx_size});
     if (cfg.npu_probe) {
@@ -151,22 +152,20 @@ int main(int argc, char **argv)
                                 stdout, stderr);
         goto out;
     }
-    if (cfg.device == CFG_DEVICE_XRT && loc.source != CFG_MODEL_NONE &&
-        eng_xrt_preflight(loc.path, err, sizeof err) != 0) {
+    /* auto: the NPU only when the bridge is built, the node exists and a kernel set
+     * matches the model; otherwise the CPU. */
+    char why[512];
+    const char *device = eng_engine_choose_device(
+        cfg_device_name(cfg.device), loc.source != CFG_MODEL_NONE ? loc.path : NULL, why,
+        sizeof why, err, sizeof err);
+    if (!device) {
         fprintf(stderr, "minicpmd: --device xrt: %s\n", err);
         rc = 2;
         goto out;
     }
-    /* auto: the NPU only when the bridge is built, the node exists and a kernel set
-     * matches the model; otherwise the CPU. */
-    if (cfg.device == CFG_DEVICE_AUTO && loc.source != CFG_MODEL_NONE) {
-        if (eng_xrt_built() && eng_xrt_node_present() &&
-            eng_xrt_preflight(loc.path, err, sizeof err) == 0)
-            cfg.device = CFG_DEVICE_XRT;
-        else if (eng_xrt_built() && eng_xrt_node_present())
-            log_info("device auto: not the NPU: %s", err);
-    }
-    rc = cfg.check ? run_check(&cfg, &loc) : srv_daemon_run(&cfg, &loc);
+    if (why[0])
+        log_info("device auto: not the NPU: %s", why);
+    rc = cfg.check ? run_check(&cfg, &loc, device) : srv_daemon_run(&cfg, &loc, device);
 out:
     flush_warnings(&warns);
     cfg_model_location_free(&loc);

@@ -5,7 +5,7 @@
 #ifndef MINICPMD_SERVER_METRICS_H
 #define MINICPMD_SERVER_METRICS_H
 
-#include "engine/worker/worker.h"
+#include "engine/gen.h"
 #include <stddef.h>
 #include <stdint.h>
 

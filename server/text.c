@@ -2,7 +2,9 @@
  * model is given, for people debugging prompts. Tokenizing and rendering run on
  * libuv's thread pool, never on the loop thread; the request is deferred meanwhile. */
 #include "api/text.h"
-#include "engine/text/prompt.h"
+#include "api/chat-req.h"
+#include "engine/engine.h"
+#include "engine/prompt.h"
 #include "server/app.h"
 
 #include <stdlib.h>
@@ -17,6 +19,7 @@ struct job {
     const eng_tokenizer *tok;
     json_t *root;                  /* the request body */
     struct api_tokenize_req tk;    /* JOB_TOKENIZE */
+    struct api_chat_req *creq;     /* JOB_APPLY_TEMPLATE */
     int32_t *ids;                  /* JOB_DETOKENIZE input */
     size_t n_ids;
     struct srv_response resp;      /* filled on the pool thread */
@@ -58,20 +61,20 @@ static void run_detokenize(struct job *j)
     free(text);
 }
 
+/* The prompt a chat request with this body would give the model: the same parse
+ * (api_chat_req_parse: tools as tool_choice leaves them, enable_thinking) and the
+ * same renderer (eng_prompt_build) as POST /v1/chat/completions. */
 static void run_apply_template(struct job *j)
 {
     char err[512], param[128];
-    struct eng_chat_params p;
-    char *prompt = NULL;
-    if (eng_chat_params_from_request(j->root, &p, err, sizeof err, param, sizeof param) == 0)
-        prompt = eng_chat_render(&p, err, sizeof err, param, sizeof param);
-    if (!prompt) {
+    struct eng_prompt p;
+    if (eng_prompt_build(NULL, &j->creq->chat, &p, err, sizeof err, param, sizeof param) != 0) {
         srv_response_error(&j->resp, API_ERR_BAD_REQUEST, param[0] ? param : NULL, "%s", err);
         return;
     }
-    j->resp.body = api_apply_template_body(prompt);
+    j->resp.body = api_apply_template_body(p.text);
     j->resp.status = j->resp.body ? 200 : 0;
-    free(prompt);
+    eng_prompt_free(&p);
 }
 
 static void on_work(uv_work_t *w)
@@ -86,6 +89,7 @@ static void on_work(uv_work_t *w)
 
 static void job_free(struct job *j)
 {
+    api_chat_req_free(j->creq);
     json_decref(j->root);
     free(j->ids);
     free(j->resp.body);
@@ -106,14 +110,8 @@ static void on_done(uv_work_t *w, int status)
 static struct job *job_new(srv_request *req, struct srv_response *resp, enum job_kind kind)
 {
     struct srv_app *app = srv_request_app(req);
-    if (app->state != API_HEALTH_OK || !app->tok) {
-        srv_response_error(resp, app->state == API_HEALTH_LOADING ? API_ERR_LOADING
-                                                                  : API_ERR_NO_MODEL,
-                           NULL, app->state == API_HEALTH_LOADING ? "the model is loading"
-                                                                  : "no model is loaded");
-        resp->retry_after = app->state == API_HEALTH_LOADING ? "2" : NULL;
+    if (srv_app_refuse_unready(app, resp))
         return NULL;
-    }
     struct api_bad_request bad;
     size_t len;
     const char *body = srv_request_body(req, &len);
@@ -130,7 +128,7 @@ static struct job *job_new(srv_request *req, struct srv_response *resp, enum job
     }
     j->kind = kind;
     j->req = req;
-    j->tok = app->tok;
+    j->tok = eng_engine_tokenizer(app->eng);
     j->root = root;
     j->work.data = j;
     return j;
@@ -182,5 +180,13 @@ int srv_h_detokenize(srv_request *req, struct srv_response *resp)
 int srv_h_apply_template(srv_request *req, struct srv_response *resp)
 {
     struct job *j = job_new(req, resp, JOB_APPLY_TEMPLATE);
-    return j ? start(req, resp, j) : 0;
+    if (!j)
+        return 0;
+    struct srv_app *app = srv_request_app(req);
+    struct api_chat_limits lim = {eng_pack_get_info(eng_engine_pack(app->eng))->hp.n_vocab,
+                                  eng_engine_sampling(app->eng), true};
+    struct api_bad_request bad;
+    if (api_chat_req_parse(j->root, &lim, &j->creq, &bad) != 0)
+        return refuse(j, resp, &bad);
+    return start(req, resp, j);
 }

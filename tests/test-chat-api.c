@@ -4,10 +4,11 @@
  * with jansson so the tests check JSON, not byte strings. */
 #include "api/chat-req.h"
 #include "api/chat-resp.h"
-#include "engine/device/ert.h"
+#include "engine/ert.h"
 #include "tests/utf8.h"
 
 #include "tests/check.h"
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdint.h>
@@ -65,7 +66,7 @@ static void bad_as(const char *body, const char *param, const char *needle)
     struct api_bad_request bad = {0};
     int rc = api_chat_req_parse(j, &LIM, &r, &bad);
     json_decref(j);
-    cr_assert_eq(rc, -1, "accepted: %s", body);
+    cr_assert_eq(rc, -EINVAL, "accepted: %s", body);
     cr_assert_null(r);
     cr_assert_eq(bad.error, API_ERR_BAD_REQUEST, "error %d for %s", bad.error, body);
     cr_assert_str_eq(bad.param, param, "param '%s' (%s) for %s", bad.param, bad.message, body);
@@ -129,11 +130,10 @@ MCD_TEST(chat_req, minimal_takes_the_pack_defaults)
     cr_assert_eq(r->tool_choice, API_TOOL_CHOICE_NONE);
     cr_assert_null(r->parser_tools);
     cr_assert_null(r->user);
-    cr_assert_eq(r->thinking, ENG_THINKING_UNSET);
-    cr_assert(json_is_object(r->prompt_request));
-    cr_assert(json_is_array(json_object_get(r->prompt_request, "messages")));
-    cr_assert_null(json_object_get(r->prompt_request, "tools"));
-    cr_assert_eq(r->chat.messages, json_object_get(r->prompt_request, "messages"));
+    cr_assert_eq(r->chat.thinking, ENG_THINKING_UNSET);
+    cr_assert(json_is_array(r->chat.messages));
+    cr_assert_null(r->chat.tools);
+    cr_assert_str_eq(r->chat.bos_token, "<s>");
     cr_assert(r->chat.add_generation_prompt);
     api_chat_req_free(r);
 }
@@ -175,7 +175,7 @@ MCD_TEST(chat_req, body_must_be_an_object)
     json_t *j = load("[1,2]");
     struct api_chat_req *r;
     struct api_bad_request b;
-    cr_assert_eq(api_chat_req_parse(j, &LIM, &r, &b), -1);
+    cr_assert_eq(api_chat_req_parse(j, &LIM, &r, &b), -EINVAL);
     cr_assert_eq(b.error, API_ERR_BAD_REQUEST);
     cr_assert_str_eq(b.param, "");
     json_decref(j);
@@ -207,7 +207,7 @@ MCD_TEST(chat_req, null_is_absent_for_every_optional_field)
     cr_assert_eq(r->tool_choice, API_TOOL_CHOICE_NONE);
     api_chat_req_free(r);
     r = ok(BODY(",\"chat_template_kwargs\":{\"enable_thinking\":null}"));
-    cr_assert_eq(r->thinking, ENG_THINKING_UNSET);
+    cr_assert_eq(r->chat.thinking, ENG_THINKING_UNSET);
     api_chat_req_free(r);
     r = ok(MSGS("[{\"role\":\"user\",\"content\":\"hi\",\"name\":null},{\"role\":\"assistant\","
                 "\"content\":\"x\",\"tool_calls\":null,\"reasoning_content\":null}]"));
@@ -231,18 +231,18 @@ MCD_TEST(chat_req, model_lookup)
     struct api_bad_request b = {0};
     cr_assert_eq(api_chat_req_check_model("minicpm5:2b", "minicpm5:2b", aliases, 2, &b), 0);
     cr_assert_eq(api_chat_req_check_model("gpt-4o-mini", "minicpm5:2b", aliases, 2, &b), 0);
-    cr_assert_eq(api_chat_req_check_model("minicpm5", "minicpm5:2b", NULL, 0, &b), -1);
+    cr_assert_eq(api_chat_req_check_model("minicpm5", "minicpm5:2b", NULL, 0, &b), -ENOENT);
     cr_assert_eq(b.error, API_ERR_MODEL_NOT_FOUND);
     cr_assert_eq(api_error_status(b.error), 404);
     cr_assert_str_eq(b.param, "model");
     cr_assert_not_null(strstr(b.message, "'minicpm5'"));
-    cr_assert_eq(api_chat_req_check_model("Minicpm5:2b", "minicpm5:2b", aliases, 2, &b), -1);
-    cr_assert_eq(api_chat_req_check_model("", "minicpm5:2b", aliases, 2, &b), -1);
+    cr_assert_eq(api_chat_req_check_model("Minicpm5:2b", "minicpm5:2b", aliases, 2, &b), -ENOENT);
+    cr_assert_eq(api_chat_req_check_model("", "minicpm5:2b", aliases, 2, &b), -ENOENT);
     /* A long multi-byte name is quoted cut at a character, never into invalid UTF-8. */
     char name[400] = "";
     for (int i = 0; i < 100; i++)
         strcat(name, "é");
-    cr_assert_eq(api_chat_req_check_model(name, "x", NULL, 0, &b), -1);
+    cr_assert_eq(api_chat_req_check_model(name, "x", NULL, 0, &b), -ENOENT);
     cr_assert(mcd_utf8_valid(b.message));
     json_t *e = parse_str(api_error_body(b.error, b.message, b.param));
     json_t *err = json_object_get(e, "error");
@@ -455,8 +455,8 @@ MCD_TEST(chat_req, budget_clamps_to_the_context)
     cr_assert_eq(api_chat_req_budget(r, 10, 4096), 100);
     cr_assert_eq(api_chat_req_budget(r, 4000, 4096), 96, "clamped");
     cr_assert_eq(api_chat_req_budget(r, 4095, 4096), 1);
-    cr_assert_eq(api_chat_req_budget(r, 4096, 4096), -1);
-    cr_assert_eq(api_chat_req_budget(r, 5000, 4096), -1);
+    cr_assert_eq(api_chat_req_budget(r, 4096, 4096), -ERANGE);
+    cr_assert_eq(api_chat_req_budget(r, 5000, 4096), -ERANGE);
     api_chat_req_free(r);
     r = ok(BODY(""));
     cr_assert_eq(api_chat_req_budget(r, 10, 4096), 4086, "no limit: the rest of the context");
@@ -638,7 +638,7 @@ MCD_TEST(chat_req, logit_bias)
     json_t *j = load(body);
     struct api_chat_req *out;
     struct api_bad_request b;
-    cr_assert_eq(api_chat_req_parse(j, &LIM, &out, &b), -1);
+    cr_assert_eq(api_chat_req_parse(j, &LIM, &out, &b), -EINVAL);
     cr_assert(mcd_utf8_valid(b.param) && mcd_utf8_valid(b.message));
     cr_assert(strncmp(b.param, "logit_bias.ü", strlen("logit_bias.ü")) == 0);
     json_t *e = parse_str(api_error_body(b.error, b.message, b.param));
@@ -686,7 +686,6 @@ MCD_TEST(chat_req, tools_auto)
     struct api_chat_req *r = ok(body);
     cr_assert_eq(r->tool_choice, API_TOOL_CHOICE_AUTO);
     cr_assert_eq(json_array_size(r->parser_tools), 2);
-    cr_assert_eq(json_object_get(r->prompt_request, "tools"), r->parser_tools);
     cr_assert_eq(r->chat.tools, r->parser_tools);
     /* The template shows the tools. */
     char err[256], param[128];
@@ -719,7 +718,6 @@ MCD_TEST(chat_req, tool_choice_none_hides_the_tools)
     struct api_chat_req *r = ok(body);
     cr_assert_eq(r->tool_choice, API_TOOL_CHOICE_NONE);
     cr_assert_null(r->parser_tools);
-    cr_assert_null(json_object_get(r->prompt_request, "tools"));
     cr_assert_null(r->chat.tools);
     char *prompt = eng_chat_render(&r->chat, NULL, 0, NULL, 0);
     cr_assert_not_null(prompt);
@@ -745,7 +743,6 @@ MCD_TEST(chat_req, tool_choice_required_and_named)
     cr_assert_str_eq(r->tool_choice_name, "b");
     cr_assert_eq(json_array_size(r->parser_tools), 1);
     cr_assert_str_eq(tool_name_at(r->parser_tools, 0), "b");
-    cr_assert_eq(json_object_get(r->prompt_request, "tools"), r->parser_tools);
     char *prompt = eng_chat_render(&r->chat, NULL, 0, NULL, 0);
     cr_assert_not_null(prompt);
     cr_assert_null(strstr(prompt, "get_weather"), "only the named function is shown");
@@ -833,14 +830,14 @@ MCD_TEST(chat_req, tool_definitions)
 MCD_TEST(chat_req, enable_thinking)
 {
     struct api_chat_req *r = ok(BODY(",\"chat_template_kwargs\":{\"enable_thinking\":true}"));
-    cr_assert_eq(r->thinking, ENG_THINKING_ON);
+    cr_assert_eq(r->chat.thinking, ENG_THINKING_ON);
     cr_assert_eq(r->chat.thinking, ENG_THINKING_ON);
     api_chat_req_free(r);
     r = ok(BODY(",\"chat_template_kwargs\":{\"enable_thinking\":false,\"other\":1}"));
-    cr_assert_eq(r->thinking, ENG_THINKING_OFF);
+    cr_assert_eq(r->chat.thinking, ENG_THINKING_OFF);
     api_chat_req_free(r);
     r = ok(BODY(",\"chat_template_kwargs\":{}"));
-    cr_assert_eq(r->thinking, ENG_THINKING_UNSET);
+    cr_assert_eq(r->chat.thinking, ENG_THINKING_UNSET);
     api_chat_req_free(r);
     bad_as(BODY(",\"chat_template_kwargs\":{\"enable_thinking\":\"false\"}"),
            "chat_template_kwargs.enable_thinking", "expected a boolean");
@@ -866,7 +863,7 @@ MCD_TEST(chat_req, refusals_render_as_openai_errors)
     json_t *j = load(BODY(",\"temperature\":9"));
     struct api_chat_req *r;
     struct api_bad_request b;
-    cr_assert_eq(api_chat_req_parse(j, &LIM, &r, &b), -1);
+    cr_assert_eq(api_chat_req_parse(j, &LIM, &r, &b), -EINVAL);
     json_decref(j);
     cr_assert_eq(api_error_status(b.error), 400);
     json_t *e = parse_str(api_error_body(b.error, b.message, b.param));

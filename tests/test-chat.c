@@ -3,7 +3,7 @@
  * param paths, and the Python value printers. The whole-corpus comparison with
  * Jinja2 is the meson test `chat-template` (tests/chat/compare.py). */
 #include "engine/text/template-impl.h"
-#include "engine/text/template.h"
+#include "engine/template.h"
 #include "tests/check.h"
 
 #include <stdlib.h>

@@ -1,7 +1,7 @@
-/* ERT states (engine/device/ert.h): XRT's numbering and names, value for value, the API
+/* ERT states (engine/ert.h): XRT's numbering and names, value for value, the API
  * codes, parsing every accepted spelling, and the structured device error as
  * JSON and as a message. */
-#include "engine/device/ert.h"
+#include "engine/ert.h"
 #include "tests/check.h"
 
 #include <errno.h>

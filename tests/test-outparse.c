@@ -6,7 +6,7 @@
  * in seeded random pieces; every delta is non-empty valid UTF-8 and every arguments
  * string is a JSON object. */
 #include "tests/utf8.h"
-#include "engine/text/outparse.h"
+#include "engine/outparse.h"
 #include "tests/check.h"
 
 #include <stdint.h>

@@ -1,16 +1,17 @@
-/* Unit tests of the tokenizer (engine/text/tokenizer.h): the byte map, BPE merges and
+/* Unit tests of the tokenizer (engine/tokenizer.h): the byte map, BPE merges and
  * added-token flags on a tiny hand-made tokenizer.json (tests/data/), UTF-8 repair,
  * the streaming detokenizer (against the one-shot decode over the whole oracle
  * corpus, split characters, stop strings, flush), refusal of bad files, and
  * concurrent encoding. Agreement with the reference implementation on real
  * tokenizers is the "tokenizer-oracle" test. */
 #include "engine/text/tok-impl.h"
-#include "engine/text/tokenizer.h"
+#include "engine/tokenizer.h"
 #include "tests/check.h"
 
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -31,7 +32,8 @@ static eng_tokenizer *load_tiny(void)
 {
     char err[512] = "";
     char *path = src_path("data/tiny-tokenizer.json");
-    eng_tokenizer *t = eng_tokenizer_load(path, err, sizeof err);
+    eng_tokenizer *t;
+    eng_tokenizer_load(path, &t, err, sizeof err);
     cr_assert_not_null(t, "%s", err);
     free(path);
     return t;
@@ -122,7 +124,8 @@ MCD_TEST(tokenizer, merges_as_pairs)
     cr_assert_eq(json_dump_file(root, tmp, 0), 0);
     json_decref(root);
     char err[512];
-    eng_tokenizer *t = eng_tokenizer_load(tmp, err, sizeof err);
+    eng_tokenizer *t;
+    eng_tokenizer_load(tmp, &t, err, sizeof err);
     unlink(tmp);
     cr_assert_not_null(t, "%s", err);
     EXPECT(t, "hello the aaa", true, 257, 259, 111, 258, 32, 263, 97);
@@ -387,7 +390,8 @@ MCD_TEST(tokenizer, detok_stream_equals_decode_qwen3)
         cr_skip_test("the npm oracles are not installed (tests/oracle/node_modules)");
     }
     char err[512];
-    eng_tokenizer *t = eng_tokenizer_load(path, err, sizeof err);
+    eng_tokenizer *t;
+    eng_tokenizer_load(path, &t, err, sizeof err);
     cr_assert_not_null(t, "%s", err);
     stream_corpus(t, false);
     eng_tokenizer_free(t);
@@ -404,7 +408,8 @@ static void expect_refused(const char *json, const char *needle)
     cr_assert_eq(write(fd, json, strlen(json)), (ssize_t)strlen(json));
     close(fd);
     char err[512] = "";
-    eng_tokenizer *t = eng_tokenizer_load(tmp, err, sizeof err);
+    eng_tokenizer *t;
+    eng_tokenizer_load(tmp, &t, err, sizeof err);
     unlink(tmp);
     cr_assert_null(t, "accepted: %s", json);
     cr_assert_neq(err[0], '\0');
@@ -441,7 +446,9 @@ MCD_TEST(tokenizer, bad_files)
                    "added_tokens[0]");
     expect_refused("{\"model\":" MODEL "}", "pre_tokenizer");
     char err[128];
-    cr_assert_null(eng_tokenizer_load("/nonexistent/tokenizer.json", err, sizeof err));
+    eng_tokenizer *t = (eng_tokenizer *)1;
+    cr_assert_eq(eng_tokenizer_load("/nonexistent/tokenizer.json", &t, err, sizeof err), -ENOENT);
+    cr_assert_null(t);
     cr_assert_not_null(strstr(err, "/nonexistent/tokenizer.json"), "%s", err);
 }
 

@@ -191,7 +191,7 @@ static struct fx *fx_new(const struct setup *s)
     const char *dir = pack_dir("deep");
     cr_assert_eq(eng_pack_open(dir, &f->pack, err, sizeof err), 0, "%s", err);
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    f->tok = eng_tokenizer_load(path, err, sizeof err);
+    eng_tokenizer_load(path, &f->tok, err, sizeof err);
     cr_assert_not_null(f->tok, "%s", err);
     f->n_stop_ids = eng_pack_stop_ids(f->pack, f->stop_ids, 8, err, sizeof err);
     cr_assert_gt(f->n_stop_ids, 0, "%s", err);

@@ -7,7 +7,7 @@
 #include "engine/err.h"
 #include "minicpmd-build.h"
 #if MINICPMD_HAVE_XRT
-#include "engine/device/xrt/xrt.h"
+#include "engine/device/xrt/xrt-dev.h"
 #endif
 
 #include <assert.h>

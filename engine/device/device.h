@@ -3,7 +3,7 @@
  * A device is a driver: open it, load a model into it, begin a sequence (its KV
  * slots), run one runlist at a time, reset it after a fault, close it. A runlist
  * (engine/worker/plan.h) is an ordered list of commands — EMBED, LAYER i, HEAD — over one
- * batch of positions; running it ends in an XRT command state (engine/device/ert.h), and
+ * batch of positions; running it ends in an XRT command state (engine/ert.h), and
  * only ENG_ERT_COMPLETED is success.
  *
  * Shape: `struct eng_device` is a `const struct eng_device_i *` of function
@@ -28,7 +28,7 @@
 #include <stdint.h>
 
 #include "engine/engine.h"
-#include "engine/device/ert.h"
+#include "engine/ert.h"
 #include "engine/device/fault.h"
 #include "engine/model/model.h"
 #include "engine/worker/plan.h"

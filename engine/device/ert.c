@@ -1,4 +1,4 @@
-#include "engine/device/ert.h"
+#include "engine/ert.h"
 
 #include <errno.h>
 #include <stdio.h>

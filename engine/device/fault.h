@@ -57,7 +57,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "engine/device/ert.h"
+#include "engine/ert.h"
 
 /* One line, for error messages and --help. */
 #define ENG_FAULT_GRAMMAR                                                                   \

@@ -30,15 +30,6 @@
 typedef struct eng_model eng_model;
 typedef struct eng_seq eng_seq;
 
-enum eng_act { ENG_ACT_Q8 = 0, ENG_ACT_F32 };
-
-enum eng_qk_norm {
-    ENG_QK_NORM_AUTO = 0, /* use q_norm/k_norm unless they are the synthetic all-ones
-                             shim on a llama-architecture model (warned) */
-    ENG_QK_NORM_OFF,      /* ignore them */
-    ENG_QK_NORM_ON,       /* apply them whenever present */
-};
-
 struct eng_model_opts {
     int n_threads;          /* compute pool size, caller included; <= 0: online CPUs */
     enum eng_act act;

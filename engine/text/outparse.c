@@ -20,7 +20,7 @@
  * follows a broken one. Why these choices (llama.cpp's minicpm5 parser, the
  * template's own output) is in the header.
  */
-#include "engine/text/outparse.h"
+#include "engine/outparse.h"
 
 #include <errno.h>
 #include <stdint.h>

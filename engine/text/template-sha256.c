@@ -4,7 +4,7 @@
  * different template would be rendered wrongly without a word. The check is the
  * file's SHA-256 against the official one's, computed by nettle (Debian's, and
  * already in the process through libmicrohttpd's GnuTLS). */
-#include "engine/text/template.h"
+#include "engine/template.h"
 #include "engine/text/template-impl.h"
 
 #include <nettle/sha2.h>

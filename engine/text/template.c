@@ -11,7 +11,7 @@
  * objects); those are minicpmd's decisions and tests/chat/oracle.py makes the same
  * ones. render() then follows the template, and refuses the request wherever
  * Jinja2 would raise instead of rendering. */
-#include "engine/text/template.h"
+#include "engine/template.h"
 #include "engine/text/template-impl.h"
 
 #include <stdarg.h>

@@ -5,7 +5,7 @@
 #ifndef MINICPMD_ENGINE_TOK_IMPL_H
 #define MINICPMD_ENGINE_TOK_IMPL_H
 
-#include "engine/text/tokenizer.h"
+#include "engine/tokenizer.h"
 
 #include <jansson.h>
 #include <stdbool.h>

@@ -278,18 +278,19 @@ static int load_model(eng_tokenizer *t, const json_t *root, const char *path, ch
     return load_merges(t, merges, path, err, errlen);
 }
 
-eng_tokenizer *eng_tokenizer_load(const char *path, char *err, size_t errlen)
+int eng_tokenizer_load(const char *path, eng_tokenizer **out, char *err, size_t errlen)
 {
     char sub[200];
     json_error_t je;
     eng_tokenizer *t = NULL;
     int rc = 0;
+    *out = NULL;
     if (err && errlen)
         err[0] = '\0';
     json_t *root = json_load_file(path, JSON_DECODE_ANY, &je);
     if (!root) {
         fail(err, errlen, path, "line %d: %s", je.line, je.text);
-        return NULL;
+        return json_error_code(&je) == json_error_cannot_open_file ? -ENOENT : -EINVAL;
     }
     if (!json_is_object(root)) {
         fail(err, errlen, path, "not a JSON object");
@@ -339,14 +340,16 @@ eng_tokenizer *eng_tokenizer_load(const char *path, char *err, size_t errlen)
 check:
     if (rc == 0) {
         json_decref(root);
-        return t;
+        *out = t;
+        return 0;
     }
     if (rc != -ENOMEM)
         goto err;
 nomem:
     fail(err, errlen, path, "out of memory");
+    rc = -ENOMEM;
 err:
     json_decref(root);
     eng_tokenizer_free(t);
-    return NULL;
+    return rc < 0 ? rc : -EINVAL;
 }

@@ -52,7 +52,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "engine/device/ert.h"
+#include "engine/engine.h"
+#include "engine/ert.h"
 
 /* K meaning "all layers in one runlist" (the value of cfg's CFG_RUNLIST_ALL). */
 #define ENG_PLAN_ALL (-1)
@@ -157,12 +158,6 @@ int eng_plan_prefill_chunk(int n_prompt, int chunk_tokens, int index,
  *   SKERROR, SKCRASHED  soft-kernel failures, not a runlist-length matter.
  *   COMPLETED and values outside 1..11.
  * The worker resets the device after any failure either way. */
-
-enum eng_kmode {
-    ENG_KMODE_AUTO = 0,
-    ENG_KMODE_ALL,
-    ENG_KMODE_FIXED,
-};
 
 /* Default max_retries: enough to go from 42 layers to K = 1 in one request. */
 #define ENG_KPOLICY_DEFAULT_RETRIES 6

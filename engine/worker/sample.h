@@ -23,25 +23,7 @@
 #include <stdint.h>
 
 #include "engine/engine.h"
-
-struct eng_logit_bias {
-    int32_t id;
-    float bias;
-};
-
-struct eng_sampling {
-    float temperature;        /* <= 0: greedy */
-    float top_p;              /* (0, 1]; 1 = off */
-    int top_k;                /* 0 = off */
-    float min_p;              /* [0, 1); 0 = off */
-    float repetition_penalty; /* > 0; 1 = off */
-    int penalty_last_n;       /* window of the repetition penalty; 0 = all; <= 2^20 */
-    float presence_penalty;   /* [-2, 2]; 0 = off */
-    float frequency_penalty;  /* [-2, 2]; 0 = off */
-    const struct eng_logit_bias *bias; /* borrowed; copied by eng_sampler_new */
-    int n_bias;
-    uint64_t seed;
-};
+#include "engine/gen.h"
 
 /* Neutral knobs (temperature 1, penalty_last_n 0, seed 0, no bias), then the pack's
  * generation_config.json (temperature, top_p, top_k, min_p, repetition_penalty when
@@ -74,11 +56,6 @@ void eng_sampler_accept_prompt(eng_sampler *s, const int32_t *ids, int n);
 /* Samples from logits[n_vocab]. On return `logits` holds the logits after bias and
  * penalties (steps 1-2). */
 int32_t eng_sampler_sample(eng_sampler *s, float *logits);
-
-struct eng_top_logprob {
-    int32_t id;
-    float logprob;
-};
 
 /* log-softmax of raw logits[n]: the log-probability of `id` (NaN if id is not in
  * [0, n)), and the k most likely ids (descending, ties to the lower id) into

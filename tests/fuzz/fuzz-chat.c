@@ -4,7 +4,7 @@
  * it must come with a one-line reason, and a rendered prompt must start with BOS.
  * The input is parsed with JSON_ALLOW_NUL so strings holding NUL reach the renderer
  * too. */
-#include "engine/text/template.h"
+#include "engine/template.h"
 
 #include <stdint.h>
 #include <stdlib.h>

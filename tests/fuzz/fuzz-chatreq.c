@@ -8,6 +8,7 @@
 #include "api/chat-req.h"
 #include "api/chat-resp.h"
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -108,10 +109,8 @@ static void check_request(const struct api_chat_req *r)
         if (json_array_size(r->parser_tools) == 0)
             abort();
     }
-    if (!json_is_object(r->prompt_request) ||
-        !json_is_array(json_object_get(r->prompt_request, "messages")) ||
-        json_object_get(r->prompt_request, "tools") != r->parser_tools ||
-        r->chat.tools != r->parser_tools || r->chat.thinking != r->thinking)
+    if (!json_is_array(r->chat.messages) || r->chat.tools != r->parser_tools ||
+        !r->chat.bos_token || !r->chat.eos_token)
         abort();
     if (!r->model || (r->include_usage && !r->stream))
         abort();
@@ -126,7 +125,7 @@ static void check_request(const struct api_chat_req *r)
     int32_t b = api_chat_req_budget(r, 100, 4096);
     if (b < 1 || b > 3996 || (r->max_tokens && b > r->max_tokens))
         abort();
-    if (api_chat_req_budget(r, 4096, 4096) != -1)
+    if (api_chat_req_budget(r, 4096, 4096) != -ERANGE)
         abort();
     struct api_bad_request bad;
     if (api_chat_req_check_model(r->model, r->model, NULL, 0, &bad) != 0)

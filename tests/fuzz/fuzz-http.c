@@ -23,7 +23,6 @@ static uv_loop_t loop;
 static struct srv_app app;
 static struct cfg cfg;
 static struct cfg_model_location loc;
-static struct srv_model model;
 static int port;
 
 /* A pack with the tests' tiny tokenizer, so /v1/models, /tokenize, /detokenize
@@ -52,12 +51,11 @@ static void make_pack(char *dir)
         fputc(c, out);
     fclose(in);
     fclose(out);
-    /* The pack and its tokenizer only, no device and worker: generation would
-     * make every input slow (the chat request parser has its own target), and
-     * without a worker /v1/chat/completions answers its 503 path. */
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    if (eng_pack_open(dir, &model.pack, err, sizeof err) != 0 ||
-        !(model.tok = eng_tokenizer_load(path, err, sizeof err))) {
+    /* A text-only engine (no device and worker): generation would make every
+     * input slow (the chat request parser has its own target), and without a
+     * worker /v1/chat/completions answers its 503 path. */
+    struct eng_engine_opts o = {.device = NULL};
+    if (eng_engine_open(dir, &o, NULL, NULL, &app.eng, err, sizeof err) != 0) {
         fprintf(stderr, "fuzz-http: %s\n", err);
         abort();
     }
@@ -83,8 +81,6 @@ static void setup(void)
     app.loop = &loop;
     app.device = "cpu";
     app.state = API_HEALTH_OK;
-    app.pack = model.pack;
-    app.tok = model.tok;
     app.metrics = srv_metrics_new();
     struct srv_http_config hc = {
         .listen_fd = lis.fd,

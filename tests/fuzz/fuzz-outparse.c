@@ -6,7 +6,7 @@
  * non-empty valid UTF-8 and every arguments string a JSON object. Any difference
  * aborts, so libFuzzer saves the input. */
 #include "tests/utf8.h"
-#include "engine/text/outparse.h"
+#include "engine/outparse.h"
 
 #include <stdint.h>
 #include <stdio.h>

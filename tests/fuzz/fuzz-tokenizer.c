@@ -10,7 +10,7 @@
  *   - streamed pieces are valid UTF-8 and concatenate to the one-shot decode;
  *   - with stop strings the stream is a prefix of the one-shot decode. */
 #include "engine/text/tok-impl.h"
-#include "engine/text/tokenizer.h"
+#include "engine/tokenizer.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -46,7 +46,8 @@ static char *src_path(const char *rel)
 static void add(const char *path, bool roundtrip)
 {
     char err[512];
-    eng_tokenizer *t = eng_tokenizer_load(path, err, sizeof err);
+    eng_tokenizer *t;
+    eng_tokenizer_load(path, &t, err, sizeof err);
     if (!t) {
         fprintf(stderr, "fuzz-tokenizer: %s\n", err);
         abort();

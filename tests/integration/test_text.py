@@ -125,6 +125,44 @@ def apply_template_matches_jinja2():
 
 
 @test
+def apply_template_is_the_prompt_the_model_gets():
+    """/apply-template goes through the chat request's own parse: tool_choice
+    decides which tools the template shows (none: no tools; a named function:
+    only that one), and the prompt it returns is, token for token, what a chat
+    completion with the same body counts as its prompt."""
+    tool = lambda name: {"type": "function", "function": {  # noqa: E731
+        "name": name, "description": "Look up " + name,
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+    base = {"model": "MiniCPM5-2B", "messages": [{"role": "user", "content": "weather?"}],
+            "tools": [tool("get_weather"), tool("get_time")],
+            "chat_template_kwargs": {"enable_thinking": False}}
+    cases = [({}, ["get_weather", "get_time"]),
+             ({"tool_choice": "none"}, []),
+             ({"tool_choice": "required"}, ["get_weather", "get_time"]),
+             ({"tool_choice": {"type": "function", "function": {"name": "get_time"}}},
+              ["get_time"])]
+    d = pack_daemon()
+    lengths = set()
+    for extra, shown in cases:
+        body = dict(base, **extra)
+        r = post_json(d, "/apply-template", body)
+        eq(r.status, 200, "/apply-template status for %r" % extra)
+        prompt = r.json()["prompt"]
+        for name in ("get_weather", "get_time"):
+            eq(name in prompt, name in shown, "%s shown with %r" % (name, extra))
+        check(prompt.endswith("<think>\n\n</think>\n\n"), "thinking off: %r", prompt[-40:])
+        ids = post_json(d, "/tokenize", {"content": prompt}).json()["tokens"]
+        r = post_json(d, "/v1/chat/completions", dict(body, max_tokens=1, temperature=0),
+                      timeout=60)
+        eq(r.status, 200, "chat status for %r" % extra)
+        eq(r.json()["usage"]["prompt_tokens"], len(ids),
+           "prompt tokens of the chat vs the tokenized /apply-template prompt, %r" % extra)
+        lengths.add(len(ids))
+    check(len(lengths) >= 3, "the cases must give different prompts: %r", lengths)
+    stop_ok(d)
+
+
+@test
 def apply_template_refusal_names_param():
     d = pack_daemon()
     r = post_json(d, "/apply-template", {"messages": []})

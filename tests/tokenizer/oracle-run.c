@@ -7,7 +7,7 @@
  * dec / dec_skip: eng_tokenizer_decode without / with skip_special; stream: the same
  * ids through the streaming detokenizer one at a time, pieces concatenated (must
  * equal dec). Exit status 1 on any internal failure. */
-#include "engine/text/tokenizer.h"
+#include "engine/tokenizer.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -94,7 +94,8 @@ int main(int argc, char **argv)
         return 2;
     }
     char err[512];
-    eng_tokenizer *t = eng_tokenizer_load(argv[1], err, sizeof err);
+    eng_tokenizer *t;
+    eng_tokenizer_load(argv[1], &t, err, sizeof err);
     if (!t) {
         fprintf(stderr, "oracle-run: %s\n", err);
         return 1;

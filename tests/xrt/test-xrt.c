@@ -14,7 +14,7 @@
 #include "engine/model/safetensors.h"
 #include "engine/device/xrt/kset.h"
 #include "engine/device/xrt/npu-layout.h"
-#include "engine/device/xrt/xrt.h"
+#include "engine/device/xrt/xrt-dev.h"
 #include "tests/check.h"
 #include "xrt-double.h"
 

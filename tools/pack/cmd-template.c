@@ -5,7 +5,7 @@
  * is only checked: if it holds a chat_template.jinja (or is one) that is not the
  * official file, the prompt is still rendered, with a warning, because the pack's
  * own template would render differently. */
-#include "engine/text/template.h"
+#include "engine/template.h"
 #include "tools/pack/pack.h"
 
 #include <errno.h>

@@ -5,7 +5,7 @@
  * (its tokenizer.json is used) or a tokenizer.json itself. Special tokens in the
  * text are matched, as for a rendered chat prompt; --no-special treats them as text.
  * --bench encodes stdin repeatedly for about two seconds and prints MB/s on stderr. */
-#include "engine/text/tokenizer.h"
+#include "engine/tokenizer.h"
 #include "tools/pack/pack.h"
 
 #include <jansson.h>
@@ -130,7 +130,8 @@ int pack_cmd_tokenize(int argc, char **argv)
         snprintf(path, sizeof path, "%s", pack);
 
     char err[512];
-    eng_tokenizer *t = eng_tokenizer_load(path, err, sizeof err);
+    eng_tokenizer *t;
+    eng_tokenizer_load(path, &t, err, sizeof err);
     if (!t) {
         fprintf(stderr, "minicpmd-pack tokenize: %s\n", err);
         return 1;

@@ -64,13 +64,13 @@
 #define XRTB_VERSION_TEXT "XRT"
 #endif
 
-// engine/device/ert.h's numbering is XRT's, value for value (docs/npu-xrt.md §1c).
+// engine/ert.h's numbering is XRT's, value for value (docs/npu-xrt.md §1c).
 static_assert(ERT_CMD_STATE_NEW == 1 && ERT_CMD_STATE_QUEUED == 2 && ERT_CMD_STATE_RUNNING == 3 &&
                   ERT_CMD_STATE_COMPLETED == 4 && ERT_CMD_STATE_ERROR == 5 &&
                   ERT_CMD_STATE_ABORT == 6 && ERT_CMD_STATE_SUBMITTED == 7 &&
                   ERT_CMD_STATE_TIMEOUT == 8 && ERT_CMD_STATE_NORESPONSE == 9 &&
                   ERT_CMD_STATE_SKERROR == 10 && ERT_CMD_STATE_SKCRASHED == 11,
-              "ert_cmd_state differs from engine/device/ert.h");
+              "ert_cmd_state differs from engine/ert.h");
 
 namespace {
 

@@ -17,7 +17,7 @@
  *
  * Errors: no C++ exception ever leaves the bridge. Setup calls return 0 or a
  * negative errno with one line in `err`; xrtb_submit reports how the submission
- * ended as an ERT state (engine/device/ert.h numbering, XRT's own) in struct xrtb_status.
+ * ended as an ERT state (engine/ert.h numbering, XRT's own) in struct xrtb_status.
  *
  * Threading: one xrtb_dev belongs to one thread at a time (the worker).
  *

@@ -2,7 +2,7 @@
 #ifndef MINICPMD_ENGINE_XRT_IMPL_H
 #define MINICPMD_ENGINE_XRT_IMPL_H
 
-#include "engine/device/xrt/xrt.h"
+#include "engine/device/xrt/xrt-dev.h"
 
 /* The configured settings with defaults filled in (never NULL strings but
  * kernels_dir, which stays NULL when not given). */

@@ -21,8 +21,10 @@
 
 typedef struct eng_tokenizer eng_tokenizer;
 
-/* Load `path` (a tokenizer.json). Returns NULL with a one-line reason in `err`. */
-eng_tokenizer *eng_tokenizer_load(const char *path, char *err, size_t errlen);
+/* Load `path` (a tokenizer.json). Returns 0 and *out, or a negative errno-style
+ * value (-ENOENT, -EINVAL for a malformed file, -ENOMEM) with a one-line reason in
+ * `err`. */
+int eng_tokenizer_load(const char *path, eng_tokenizer **out, char *err, size_t errlen);
 void eng_tokenizer_free(eng_tokenizer *t);
 
 /* Number of ids (vocab + added tokens; the largest id + 1). */

@@ -1,18 +1,17 @@
 /* xrt — the NPU device's face to the daemon: its process-wide settings, the early
- * check `--device xrt` / `--device auto` make before the daemon listens, the
- * backend's constructor for the registry (engine/device/device.c), and --npu-probe.
+ * check `--device xrt` / `--device auto` make before the daemon listens
+ * (eng_engine_choose_device), and --npu-probe. The backend's own entry points are
+ * in engine/device/xrt/xrt-dev.h.
  *
  * The backend itself (dev-xrt.c) and the C++ bridge exist only in builds that
  * found XRT >= 2.18 (MINICPMD_HAVE_XRT); everything declared here links in every
  * build and says so when the backend is absent. */
-#ifndef MINICPMD_ENGINE_XRT_XRT_H
-#define MINICPMD_ENGINE_XRT_XRT_H
+#ifndef MINICPMD_ENGINE_XRT_H
+#define MINICPMD_ENGINE_XRT_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
-
-#include "engine/device/device.h"
 
 /* The device node of NPU 0 (amdxdna). */
 #define ENG_XRT_ACCEL_NODE "/dev/accel/accel0"
@@ -45,18 +44,6 @@ bool eng_xrt_node_present(void);
  * fits it; the backend is built; the NPU's device node exists. Returns 0, or
  * negative with one line in err (the first problem). */
 int eng_xrt_preflight(const char *pack_dir, char *err, size_t errlen);
-
-/* Registry entry (device.c, when built). */
-int eng__device_xrt_open(const struct eng_device_opts *o, struct eng_device **out, char *err,
-                         size_t errlen);
-
-/* --npu-probe: load the pack at pack_dir on `dev` (an opened xrt device, or any
- * device in tests), decode a few tokens with K = all, 24, 21, 16, 8, 4, 2, 1, print a
- * report to out, and save the fastest K that completed every step in
- * state_dir/runlist-k.json (when state_dir is set). Returns 0 when some K worked,
- * 1 otherwise (err says why when nothing ran at all). */
-int eng_xrt_probe_run(struct eng_device *dev, const char *pack_dir, const char *state_dir,
-                      int steps, FILE *out, char *err, size_t errlen);
 
 /* The whole probe for main(): preflight, open the xrt device, run. Prints the
  * report to out and one line to errout when there is no NPU. Returns the exit code:

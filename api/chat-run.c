@@ -1,0 +1,407 @@
+/* One chat completion's answer from the engine's events (api/chat-run.h).
+ *
+ * Text -> output parser -> deltas. A stream sends each delta as a chunk at once,
+ * with the logprobs of the tokens that made it; a non-stream request keeps
+ * content, reasoning, tool calls and logprobs until the end. */
+#include "api/chat-run.h"
+
+#include "engine/outparse.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct text {
+    char *s;
+    size_t len, cap;
+};
+
+struct tool {
+    char id[API_TOOL_CALL_ID_SIZE];
+    char *name, *args;
+};
+
+struct lp {                      /* one token's logprobs, strings owned */
+    char *token;
+    size_t len;
+    float logprob;
+    struct api_top_logprob *top;
+    int n_top;
+};
+
+struct api_chat_run {
+    const struct api_chat_req *req;
+    const struct api_chat_ident *ident;
+    const eng_tokenizer *tok;
+    struct api_chat_sink sink;
+    bool answered;
+
+    eng_outparse *op;
+    struct eng_delta_list deltas;
+    bool in_reasoning;
+    int32_t reasoning_tokens;
+    struct text content, reasoning;
+    struct tool *tools;
+    size_t n_tools;
+    struct lp *lps;              /* non-stream: all; stream: not yet sent */
+    size_t n_lps, cap_lps;
+};
+
+/* ---- small owned buffers ------------------------------------------------------ */
+
+static int text_add(struct text *t, const char *s, size_t n)
+{
+    if (t->len + n + 1 > t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 256;
+        while (cap < t->len + n + 1)
+            cap *= 2;
+        char *p = realloc(t->s, cap);
+        if (!p)
+            return -ENOMEM;
+        t->s = p;
+        t->cap = cap;
+    }
+    memcpy(t->s + t->len, s, n);
+    t->len += n;
+    t->s[t->len] = '\0';
+    return 0;
+}
+
+static void lps_clear(struct api_chat_run *c)
+{
+    for (size_t i = 0; i < c->n_lps; i++) {
+        free(c->lps[i].token);
+        for (int k = 0; k < c->lps[i].n_top; k++)
+            free((char *)c->lps[i].top[k].token);
+        free(c->lps[i].top);
+    }
+    c->n_lps = 0;
+}
+
+api_chat_run *api_chat_run_new(const struct api_chat_req *req, const struct api_chat_ident *id,
+                               const eng_tokenizer *tok, bool in_think,
+                               const struct api_chat_sink *sink)
+{
+    struct api_chat_run *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->req = req;
+    c->ident = id;
+    c->tok = tok;
+    c->sink = *sink;
+    c->in_reasoning = in_think;
+    if (!(c->op = eng_outparse_new(req->parser_tools, in_think))) {
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+void api_chat_run_free(api_chat_run *c)
+{
+    if (!c)
+        return;
+    lps_clear(c);
+    free(c->lps);
+    for (size_t i = 0; i < c->n_tools; i++) {
+        free(c->tools[i].name);
+        free(c->tools[i].args);
+    }
+    free(c->tools);
+    free(c->content.s);
+    free(c->reasoning.s);
+    eng_delta_list_clear(&c->deltas);
+    eng_outparse_free(c->op);
+    free(c);
+}
+
+/* ---- out ------------------------------------------------------------------------- */
+
+static void put(struct api_chat_run *c, char *frame)
+{
+    if (frame)
+        c->sink.frame(c->sink.ctx, frame);
+}
+
+static void answer(struct api_chat_run *c, int status, char *body, const char *retry_after)
+{
+    if (c->answered) {
+        free(body);
+        return;
+    }
+    c->answered = true;
+    c->sink.answer(c->sink.ctx, status, body, retry_after);
+}
+
+static void answer_error(struct api_chat_run *c, enum api_error e, const char *msg)
+{
+    answer(c, api_error_status(e), api_error_body(e, msg, NULL), api_error_retry_after(e));
+}
+
+void api_chat_run_start(api_chat_run *c)
+{
+    if (c->req->stream)
+        put(c, api_sse_event(api_chat_chunk_first(c->ident)));
+}
+
+/* ---- text -> deltas ------------------------------------------------------------- */
+
+static int keep_tool(struct api_chat_run *c, const struct eng_delta *d)
+{
+    struct tool *t = realloc(c->tools, (c->n_tools + 1) * sizeof *t);
+    if (!t)
+        return -ENOMEM;
+    c->tools = t;
+    t += c->n_tools;
+    api_tool_call_id(t->id);
+    t->name = strdup(d->name ? d->name : "");
+    t->args = strdup(d->arguments ? d->arguments : "{}");
+    c->n_tools++;
+    return t->name && t->args ? 0 : -ENOMEM;
+}
+
+/* The kept logprobs as the API's views of them; NULL when there are none. */
+static struct api_token_logprob *pending_logprobs(const struct api_chat_run *c)
+{
+    struct api_token_logprob *out = c->n_lps ? calloc(c->n_lps, sizeof *out) : NULL;
+    for (size_t i = 0; out && i < c->n_lps; i++)
+        out[i] = (struct api_token_logprob){c->lps[i].token, c->lps[i].len, c->lps[i].logprob,
+                                            c->lps[i].top, c->lps[i].n_top};
+    return out;
+}
+
+/* Deltas the parser is sure of: into the message, or out as chunks. */
+static void flush_deltas(struct api_chat_run *c)
+{
+    for (size_t i = 0; i < c->deltas.n; i++) {
+        const struct eng_delta *d = &c->deltas.items[i];
+        c->in_reasoning = d->kind == ENG_DELTA_REASONING;
+        if (d->kind == ENG_DELTA_TOOL_CALL && keep_tool(c, d) != 0)
+            continue;
+        if (!c->req->stream) {
+            if (d->kind == ENG_DELTA_CONTENT)
+                text_add(&c->content, d->text, strlen(d->text));
+            else if (d->kind == ENG_DELTA_REASONING)
+                text_add(&c->reasoning, d->text, strlen(d->text));
+            continue;
+        }
+        struct api_chat_delta cd = {0};
+        struct api_tool_call_delta tc;
+        if (d->kind == ENG_DELTA_CONTENT)
+            cd.content = d->text;
+        else if (d->kind == ENG_DELTA_REASONING)
+            cd.reasoning = d->text;
+        else {
+            const struct tool *t = &c->tools[c->n_tools - 1];
+            tc = (struct api_tool_call_delta){(int)c->n_tools - 1, t->id, t->name, t->args};
+            cd.tool_calls = &tc;
+            cd.n_tool_calls = 1;
+        }
+        struct api_token_logprob *lp = c->req->logprobs ? pending_logprobs(c) : NULL;
+        if (lp) {
+            cd.logprobs = true;
+            cd.tokens = lp;
+            cd.n_tokens = c->n_lps;
+        }
+        put(c, api_sse_event(api_chat_chunk_delta(c->ident, &cd)));
+        if (lp) {
+            free(lp);
+            lps_clear(c);
+        }
+    }
+    eng_delta_list_clear(&c->deltas);
+}
+
+/* A copy of token `id`'s bytes, NUL-terminated; its length in *len. */
+static char *token_text(const eng_tokenizer *tok, int32_t id, size_t *len)
+{
+    const char *bytes;
+    *len = eng_tokenizer_token_bytes(tok, id, false, &bytes);
+    char *s = malloc(*len + 1);
+    if (s) {
+        memcpy(s, bytes, *len);
+        s[*len] = '\0';
+    }
+    return s;
+}
+
+static void keep_logprob(struct api_chat_run *c, const struct eng_token_event *t)
+{
+    if (c->n_lps == c->cap_lps) {
+        size_t cap = c->cap_lps ? c->cap_lps * 2 : 16;
+        struct lp *p = realloc(c->lps, cap * sizeof *p);
+        if (!p)
+            return;
+        c->lps = p;
+        c->cap_lps = cap;
+    }
+    struct lp *l = &c->lps[c->n_lps];
+    l->token = token_text(c->tok, t->id, &l->len);
+    l->top = t->n_top ? calloc((size_t)t->n_top, sizeof *l->top) : NULL;
+    if (!l->token || (t->n_top && !l->top)) {
+        free(l->token);
+        free(l->top);
+        return;
+    }
+    l->logprob = t->logprob;
+    l->n_top = 0;
+    for (int k = 0; k < t->n_top; k++) {
+        size_t n;
+        char *s = token_text(c->tok, t->top[k].id, &n);
+        if (!s)
+            break;
+        l->top[l->n_top++] = (struct api_top_logprob){s, n, t->top[k].logprob};
+    }
+    c->n_lps++;
+}
+
+void api_chat_run_token(api_chat_run *c, const struct eng_token_event *t, const char *text)
+{
+    if (c->req->logprobs && t->has_logprob)
+        keep_logprob(c, t);
+    if (t->text_len)
+        eng_outparse_feed(c->op, text, t->text_len, &c->deltas);
+    flush_deltas(c);
+    /* A token counts as reasoning when the parser is inside <think> after it
+     * (its text may have been held back, so the last delta decides). */
+    if (c->in_reasoning)
+        c->reasoning_tokens++;
+}
+
+/* ---- the end ------------------------------------------------------------------- */
+
+static void finish_stream(struct api_chat_run *c, enum api_finish_reason fr,
+                          const struct api_usage *u, const struct api_timings *at)
+{
+    if (c->req->logprobs && c->n_lps) {
+        /* tokens no delta carried (no text, or held back): their logprobs still go out */
+        struct api_token_logprob *lp = pending_logprobs(c);
+        if (lp) {
+            struct api_chat_delta cd = {.content = "", .logprobs = true, .tokens = lp,
+                                        .n_tokens = c->n_lps};
+            put(c, api_sse_event(api_chat_chunk_delta(c->ident, &cd)));
+            free(lp);
+            lps_clear(c);
+        }
+    }
+    put(c, api_sse_event(api_chat_chunk_final(c->ident, fr, at)));
+    if (c->req->include_usage)
+        put(c, api_sse_event(api_chat_chunk_usage(c->ident, u, at)));
+    put(c, strdup(API_SSE_DONE));
+}
+
+static void finish_message(struct api_chat_run *c, enum api_finish_reason fr,
+                           const struct api_usage *u, const struct api_timings *at)
+{
+    struct api_tool_call *tc = c->n_tools ? calloc(c->n_tools, sizeof *tc) : NULL;
+    for (size_t i = 0; tc && i < c->n_tools; i++)
+        tc[i] = (struct api_tool_call){c->tools[i].id, c->tools[i].name, c->tools[i].args};
+    struct api_token_logprob *lp = pending_logprobs(c);
+    struct api_chat_result r = {
+        .content = c->content.s,
+        .reasoning = c->reasoning.s,
+        .tool_calls = tc,
+        .n_tool_calls = tc ? c->n_tools : 0,
+        .finish = fr,
+        .logprobs = c->req->logprobs,
+        .tokens = lp,
+        .n_tokens = lp ? c->n_lps : 0,
+        .usage = *u,
+        .timings = at,
+    };
+    char *body = api_chat_completion_body(c->ident, &r);
+    free(tc);
+    free(lp);
+    if (!body)
+        answer_error(c, API_ERR_INTERNAL, "out of memory building the response");
+    else
+        answer(c, 200, body, NULL);
+}
+
+void api_chat_run_done(api_chat_run *c, const struct eng_done_event *d, const char *text)
+{
+    if (d->text_len)
+        eng_outparse_feed(c->op, text, d->text_len, &c->deltas);
+    eng_outparse_finish(c->op, &c->deltas);
+    flush_deltas(c);
+    if (d->finish == ENG_FINISH_CANCELLED) {
+        /* the client left, or the server is stopping */
+        if (c->req->stream) {
+            char *b = api_error_body(API_ERR_SHUTTING_DOWN, "the request was cancelled", NULL);
+            put(c, b ? api_sse_frame(b) : NULL);
+            free(b);
+        } else {
+            answer_error(c, API_ERR_SHUTTING_DOWN, "the request was cancelled");
+        }
+        return;
+    }
+    enum api_finish_reason fr = d->finish == ENG_FINISH_LENGTH ? API_FINISH_LENGTH
+                                : eng_outparse_saw_tool_call(c->op) ? API_FINISH_TOOL_CALLS
+                                                                    : API_FINISH_STOP;
+    const struct eng_gen_timings *tm = &d->timings;
+    struct api_timings at = {d->cached_tokens, d->prompt_tokens - d->cached_tokens,
+                             tm->prompt_ms, d->completion_tokens, tm->decode_ms};
+    struct api_usage u = {d->prompt_tokens, d->completion_tokens, c->reasoning_tokens,
+                          d->cached_tokens};
+    if (c->req->stream)
+        finish_stream(c, fr, &u, &at);
+    else
+        finish_message(c, fr, &u, &at);
+}
+
+void api_chat_run_error(api_chat_run *c, const struct eng_error_event *e)
+{
+    char *body;
+    enum api_error ae;
+    if (e->has_device_error) {
+        const struct eng_device_error *d = &e->device;
+        struct api_device_error ad = {
+            .ert_state = (int)d->state, .ert_name = eng_ert_name((int)d->state),
+            .phase = eng_phase_name((int)d->phase), .chunk_index = d->chunk_index,
+            .chunk_count = d->chunk_count, .layer_first = d->layer_begin,
+            .layer_last = d->layer_end - 1, .token_pos = d->token_pos,
+            .elapsed_ms = (int64_t)d->elapsed_ms, .device = d->device, .attempts = d->attempts,
+            .unrecovered = !e->retryable,
+        };
+        body = api_device_error_body(&ad);
+        ae = e->retryable ? API_ERR_DEVICE_RESET : API_ERR_DEVICE_FAULT;
+    } else {
+        ae = e->code == -EINVAL ? API_ERR_BAD_REQUEST : API_ERR_INTERNAL;
+        body = api_error_body(ae, e->message, NULL);
+    }
+    if (c->req->stream) {
+        put(c, body ? api_sse_frame(body) : NULL);
+        free(body);
+        return;
+    }
+    if (!body)
+        answer_error(c, API_ERR_INTERNAL, "out of memory");
+    else
+        answer(c, api_error_status(ae), body, api_error_retry_after(ae));
+}
+
+void api_chat_refuse(const struct api_chat_req *req, int rc, int queue_size, int n_ctx,
+                     int n_prompt, const struct api_chat_sink *sink)
+{
+    enum api_error ae;
+    char *body;
+    switch (rc) {
+    case -ERANGE:
+        ae = API_ERR_CONTEXT_LENGTH;
+        body = api_context_length_body(n_ctx, n_prompt, req->max_tokens);
+        break;
+    case -EBUSY:
+        ae = API_ERR_BUSY;
+        body = api_server_busy_body(queue_size);
+        break;
+    case -ESHUTDOWN:
+        ae = API_ERR_SHUTTING_DOWN;
+        body = api_error_body(ae, "the server is shutting down", NULL);
+        break;
+    default:
+        ae = API_ERR_INTERNAL;
+        body = api_error_body(ae, "the worker refused the request", NULL);
+        break;
+    }
+    sink->answer(sink->ctx, api_error_status(ae), body, api_error_retry_after(ae));
+}

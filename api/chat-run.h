@@ -1,0 +1,61 @@
+/* api/chat-run — one chat completion's answer, built from the engine's events.
+ *
+ * The state machine of POST /v1/chat/completions after the request was accepted:
+ * generated text goes through the output parser (reasoning / content / tool
+ * calls, engine/outparse.h) into SSE chunks (stream) or one accumulated message
+ * (non-stream), with logprobs, usage, timings and the finish reason; a failure
+ * becomes the error body and status of api.h's table. server/ feeds it the
+ * worker's events (on the loop thread) and drains it through a sink: it never
+ * builds an answer itself.
+ *
+ * One thread at a time (the loop thread). */
+#ifndef MINICPMD_API_CHAT_RUN_H
+#define MINICPMD_API_CHAT_RUN_H
+
+#include "api/chat-req.h"
+#include "api/chat-resp.h"
+#include "engine/gen.h"
+#include "engine/tokenizer.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Where the output goes. Ownership of every string passes to the sink. */
+struct api_chat_sink {
+    /* Streamed requests: one SSE frame to write, in order. */
+    void (*frame)(void *ctx, char *frame);
+    /* The answer of a non-streamed request (status from api.h's table; retry_after
+     * NULL or static), or of a streamed one that failed before its first chunk.
+     * Called at most once. `body` NULL means out of memory. */
+    void (*answer)(void *ctx, int status, char *body, const char *retry_after);
+    void *ctx;
+};
+
+typedef struct api_chat_run api_chat_run;
+
+/* A run for `req` (borrowed: it must outlive the run), whose prompt ends inside
+ * <think> when `in_think`. `tok` names the logprobs' tokens. NULL when out of
+ * memory. */
+api_chat_run *api_chat_run_new(const struct api_chat_req *req, const struct api_chat_ident *id,
+                               const eng_tokenizer *tok, bool in_think,
+                               const struct api_chat_sink *sink);
+void api_chat_run_free(api_chat_run *c);   /* accepts NULL */
+
+/* The request was accepted by the engine: a stream sends its first chunk. */
+void api_chat_run_start(api_chat_run *c);
+
+/* One generated token; `text` is its text (token.text copied, text_len bytes). */
+void api_chat_run_token(api_chat_run *c, const struct eng_token_event *t, const char *text);
+
+/* The final events: everything left goes out, then the end of the stream or the
+ * answer. `text` is done.text copied. The caller ends the stream afterwards. */
+void api_chat_run_done(api_chat_run *c, const struct eng_done_event *d, const char *text);
+void api_chat_run_error(api_chat_run *c, const struct eng_error_event *e);
+
+/* The answer to a request the engine did not take: eng_engine_submit()'s -EBUSY
+ * (queue_size is the limit) or -ESHUTDOWN, or a prompt that leaves no room in the
+ * context (-ERANGE, with n_ctx and n_prompt). Through the sink's answer. */
+void api_chat_refuse(const struct api_chat_req *req, int rc, int queue_size, int n_ctx,
+                     int n_prompt, const struct api_chat_sink *sink);
+
+#endif
