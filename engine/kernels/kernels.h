@@ -9,7 +9,7 @@
  * concurrently on disjoint outputs. Threading is the caller's: each matrix-vector
  * kernel has a `_rows` form that computes only y[row_begin, row_end).
  *
- * Q4_1 chunk layout (docs model-minicpm5.md §3.9): a weight W[out, in] is stored
+ * Q4_1 chunk layout (docs/model-minicpm5.md §3.9): a weight W[out, in] is stored
  * as 5,120-byte chunks of 32 rows x 256 input columns, row-block-major: chunk f
  * covers rows 32*(f / ncol) .. +31 and columns 256*(f % ncol) .. +255, with
  * ncol = ceil(in / 256). Columns past `in` are padding; the kernels ignore them
