@@ -1,7 +1,9 @@
-/* engine — MiniCPM5 packs and (with the engine issue) their forward pass.
+/* engine — MiniCPM5 packs: the directory opened, config.json read and checked,
+ * the weight files found.
  *
- * This header is what api/ and server/ may use. The device interface lives in
- * engine/device/device.h and is for the worker and the backends only.
+ * api/ and server/ include this header and, for now, headers of the engine's rooms
+ * as well (the list: docs/DESIGN.md "The engine's public surface"). The device
+ * interface, engine/device/device.h, is meant for the worker and the backends.
  *
  * Threading: eng_pack_open() does file I/O and may take long on a real pack; the
  * daemon calls it off the event loop. An eng_pack is immutable once open and may be

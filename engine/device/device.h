@@ -18,7 +18,9 @@
  * (the worker). The one exception is the cancel flag of a batch, which any thread
  * may set while a runlist runs (see struct eng_batch).
  *
- * Not for api/ or server/: they see the worker (engine/worker/worker.h), not devices. */
+ * Meant for the worker and the backends. Today server/daemon.c also opens the
+ * device (eng_device_open) and hands it to eng_worker_new, and worker.h includes
+ * this header. */
 #ifndef MINICPMD_ENGINE_DEVICE_H
 #define MINICPMD_ENGINE_DEVICE_H
 
