@@ -117,16 +117,16 @@ char *api_chat_completion_body(const struct api_chat_ident *ci, const struct api
 
 /* ---- streaming: chat.completion.chunk ----------------------------------------- *
  *
- * The order a stream follows (OpenAI's; the lead's contract with the client):
+ * The order a stream follows (OpenAI's):
  *   api_chat_chunk_first()                  delta {role:"assistant", content:""}
  *   api_chat_chunk_delta() …                content / reasoning_content / tool_calls
  *   api_chat_chunk_final(finish, t)         delta {}, finish_reason
  *   api_chat_chunk_usage(u, t)              choices [], usage  (include_usage only)
  *   API_SSE_DONE
- * `timings` goes on the last chunk before [DONE] (llama.cpp's place, where Open
- * WebUI picks it up): the usage chunk when there is one, else the final chunk;
- * pass NULL on the other. Each builder returns a new object; frame it with
- * api_sse_event(). */
+ * `timings` (NULL: none) must be on the last chunk before [DONE] (llama.cpp's
+ * place, where Open WebUI picks it up): the caller gives it to the final chunk
+ * and, with include_usage, to the usage chunk as well. Each builder returns a new
+ * object; frame it with api_sse_event(). */
 
 /* A tool call's part in a delta. The first delta of a call has id and name (and
  * "type":"function"); later ones only argument text to append. minicpmd's parser

@@ -1,11 +1,15 @@
-/* engine — MiniCPM5 packs and (with the engine issue) their forward pass.
+/* engine — a MiniCPM5 pack opened for serving: the facade over the engine's rooms.
  *
- * This header is what api/ and server/ may use. The device interface lives in
- * engine/device/device.h and is for the worker and the backends only.
+ * The public engine surface is the headers directly in engine/: this one (packs
+ * and the engine), gen.h (generation requests and their events), ert.h (how a
+ * device run ends), tokenizer.h, template.h, prompt.h, outparse.h and xrt.h (the
+ * NPU's preflight and probe). server/ and api/ include nothing else of the engine
+ * (tests/check-includes.sh); the rooms (kernels/, model/, text/, device/,
+ * worker/) are the engine's own. docs/DESIGN.md draws the whole.
  *
- * Threading: eng_pack_open() does file I/O and may take long on a real pack; the
- * daemon calls it off the event loop. An eng_pack is immutable once open and may be
- * read from any thread.
+ * Threading: eng_pack_open() and eng_engine_open() do file I/O and may take long
+ * on a real pack; the daemon calls them off the event loop. An eng_pack is
+ * immutable once open and may be read from any thread.
  */
 #ifndef MINICPMD_ENGINE_H
 #define MINICPMD_ENGINE_H

@@ -64,7 +64,7 @@ struct eng_top_logprob {
  * until the worker is done with it. Events name the request and its `user`
  * pointer: the worker never dereferences `user`; a caller that frees what `user`
  * points to before the final event must not look at it in the callback (the
- * recommended pattern, style rule 10: keep it until the final event, then free it
+ * recommended pattern, docs/style.md rule 10: keep it until the final event, then free it
  * on the loop thread). */
 
 typedef struct eng_gen_req eng_gen_req;

@@ -14,7 +14,7 @@
  *
  * A client that leaves (hang-up watch, MHD, a full stream buffer) cancels the
  * engine's request; the chat is freed when the worker's final event has arrived
- * and the answer is done, whichever comes last (style rule 10). */
+ * and the answer is done, whichever comes last (docs/style.md rule 10). */
 #include "api/chat-req.h"
 #include "api/chat-run.h"
 #include "engine/engine.h"

@@ -1,4 +1,4 @@
-/* engine/chat: exact renders (expected strings produced by tests/chat/oracle.py, i.e.
+/* engine/text/template: exact renders (expected strings produced by tests/chat/oracle.py, i.e.
  * Jinja2 on the official template, and checked by hand), the refusals with their
  * param paths, and the Python value printers. The whole-corpus comparison with
  * Jinja2 is the meson test `chat-template` (tests/chat/compare.py). */

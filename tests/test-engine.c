@@ -1,4 +1,4 @@
-/* engine/pack: which directories are packs, and the one-line reasons why not. */
+/* engine/model/pack: which directories are packs, and the one-line reasons why not. */
 #include "engine/engine.h"
 
 #include "tests/check.h"

@@ -72,7 +72,8 @@ static uint8_t *random_chunks(int out, int in)
     return ch;
 }
 
-/* Independent dequantization of W[r][c] straight from the §3.9 formula. */
+/* Independent dequantization of W[r][c] straight from the formula of
+ * docs/model-minicpm5.md §3.9. */
 static float q4_1_weight(const uint8_t *ch, int in, int r, int c)
 {
     const uint8_t *k = ch + ((size_t)(r / 32) * ncol_of(in) + c / 256) * ENG_Q4_1_CHUNK_BYTES;

@@ -1,4 +1,4 @@
-/* engine/sample: the sampler chain, eng_logprobs, and what a pack says about
+/* engine/worker/sample: the sampler chain, eng_logprobs, and what a pack says about
  * sampling (generation_config.json defaults, stop ids).
  *
  * Distributions are checked by Pearson's chi-square over 200,000 draws against

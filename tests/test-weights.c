@@ -423,8 +423,9 @@ MCD_TEST(weights, q4nx_from_st)
     eng_st_free(st);
 }
 
-/* One chunk built by hand with the doc's *other* nibble formula (nibble index
- * (r/16)*4096 + bc*512 + i*16 + r%16, c = 32*bc + i, even index = low nibble)
+/* One chunk built by hand with the *other* nibble formula of docs/model-minicpm5.md
+ * §3.9 (nibble index (r/16)*4096 + bc*512 + i*16 + r%16, c = 32*bc + i, even index
+ * = low nibble)
  * and distinct values everywhere, read back through the accessors. */
 MCD_TEST(weights, q4nx_chunk_layout)
 {

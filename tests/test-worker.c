@@ -329,7 +329,7 @@ static int total_runlists(const struct eng_gen_timings *t)
     return n;
 }
 
-/* ---- the scenario of the issue --------------------------------------------------------- */
+/* ---- the 42-layer runlist that times out ----------------------------------------------- */
 
 MCD_TEST(worker, all_layers_time_out_with_structured_error)
 {

@@ -22,18 +22,17 @@ struct device_reg {
     const char *name;
     int (*open)(const struct eng_device_opts *o, struct eng_device **out, char *err,
                 size_t errlen);
-    bool in_auto;   /* may "auto" pick it? (the sim never: it is a test device) */
 };
 
-/* cpu last: the fallback of "auto". An xrt backend goes before it when built. */
+/* By name only: "auto" is settled before, with the pack in hand, by
+ * eng_engine_choose_device() (only the pack tells whether an NPU kernel set
+ * matches). */
 static const struct device_reg registry[] = {
-    {"sim", eng__device_sim_open, false},
+    {"sim", eng__device_sim_open},
 #if MINICPMD_HAVE_XRT
-    /* Not in "auto" here: only with the pack can one tell whether a kernel set
-     * matches, so main() decides auto for the daemon (eng_xrt_preflight). */
-    {"xrt", eng__device_xrt_open, false},
+    {"xrt", eng__device_xrt_open},
 #endif
-    {"cpu", eng__device_cpu_open, true},
+    {"cpu", eng__device_cpu_open},
 };
 #define N_REG (sizeof registry / sizeof *registry)
 
@@ -50,23 +49,15 @@ int eng_device_open(const char *name, const struct eng_device_opts *o, struct en
     *out = NULL;
     if (!o)
         o = &defaults;
-    bool any = !name || strcmp(name, "auto") == 0;
-    int rc = -ENOENT;
-    for (size_t i = 0; i < N_REG; i++) {
-        if (any ? !registry[i].in_auto : strcmp(name, registry[i].name) != 0)
-            continue;
-        rc = registry[i].open(o, out, err, errlen);
-        if (rc == 0 || !any)
-            return rc;
-    }
-    if (rc != -ENOENT)
-        return rc;
+    for (size_t i = 0; name && i < N_REG; i++)
+        if (strcmp(name, registry[i].name) == 0)
+            return registry[i].open(o, out, err, errlen);
     char names[128] = "";
     for (size_t i = 0; i < N_REG; i++) {
         size_t used = strlen(names);
         snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "", registry[i].name);
     }
-    return eng__fail(err, errlen, -ENOENT, "unknown device '%s' (known: auto, %s)",
+    return eng__fail(err, errlen, -ENOENT, "unknown device '%s' (known: %s)",
                      name ? name : "(null)", names);
 }
 

@@ -11,14 +11,15 @@
  * below read `iface`; they assert their arguments and stand in for (optional)
  * members left NULL, so a caller never tests a pointer.
  *
- * Backends are found by name in a small registry (eng_device_open); cpu is
- * registered last, as the fallback of "auto".
+ * Backends are found by name in a small registry (eng_device_open); "auto" is
+ * not a name here: eng_engine_choose_device() (engine/engine.h) settles it.
  *
  * Threading: a device, its model and its sequences belong to one thread at a time
  * (the worker). The one exception is the cancel flag of a batch, which any thread
  * may set while a runlist runs (see struct eng_batch).
  *
- * Not for api/ or server/: they see the worker (engine/worker/worker.h), not devices. */
+ * Internal to the engine: the facade (engine/engine.c) opens the device and hands
+ * it to the worker, which alone drives it; server/ and api/ never see it. */
 #ifndef MINICPMD_ENGINE_DEVICE_H
 #define MINICPMD_ENGINE_DEVICE_H
 
@@ -131,8 +132,7 @@ struct eng_device {
 
 /* ---- opening ------------------------------------------------------------------ */
 
-/* Open the backend called `name` ("cpu", "sim"; "auto" or NULL: the first
- * registered backend that opens, cpu last). Returns 0 and a device the caller
+/* Open the backend called `name` ("cpu", "sim", "xrt" when built). Returns 0 and a device the caller
  * closes with eng_device_free(), or -ENOENT (no such backend; err lists the
  * names), -EINVAL (bad options) or -ENOMEM, with a one-line reason in err. */
 int eng_device_open(const char *name, const struct eng_device_opts *o, struct eng_device **out,

@@ -1,6 +1,7 @@
-/* CPU compute kernels for the decode path: matrix-vector products over the Q4NX
- * Q4_1 chunk layout and over row-major BF16, plus the small per-token kernels
- * (RMSNorm, NeoX RoPE, softmax, SwiGLU).
+/* CPU compute kernels of the forward pass: matrix-vector (decode) and batched
+ * (prefill) products over the Q4NX Q4_1 chunk layout and over row-major BF16, GQA
+ * attention over the BF16 KV cache, and the small per-token kernels (RMSNorm,
+ * NeoX RoPE, softmax, SwiGLU).
  *
  * Every matrix-vector kernel exists as a scalar reference and as AVX2 and AVX-512
  * variants; eng_isa_detect() picks the best one the CPU has on first use, and
@@ -9,7 +10,7 @@
  * concurrently on disjoint outputs. Threading is the caller's: each matrix-vector
  * kernel has a `_rows` form that computes only y[row_begin, row_end).
  *
- * Q4_1 chunk layout (docs model-minicpm5.md §3.9): a weight W[out, in] is stored
+ * Q4_1 chunk layout (docs/model-minicpm5.md §3.9): a weight W[out, in] is stored
  * as 5,120-byte chunks of 32 rows x 256 input columns, row-block-major: chunk f
  * covers rows 32*(f / ncol) .. +31 and columns 256*(f % ncol) .. +255, with
  * ncol = ceil(in / 256). Columns past `in` are padding; the kernels ignore them
@@ -34,7 +35,7 @@ enum eng_isa {
 /* The best ISA this CPU supports (cpuid via __builtin_cpu_supports). */
 enum eng_isa eng_isa_detect(void);
 
-/* Whether this CPU has AVX-512 VNNI (used only by eng_matvec_q4_1_q8). */
+/* Whether this CPU has AVX-512 VNNI (the int8 kernels' choice, dispatch.c). */
 int eng_isa_has_vnni(void);
 /* Whether it also has AVX-512 VBMI (then one token of eng_matmul_q4_1_q8_rows
  * and eng_matvec_q4_1_q8_rows run on the decode kernel). */
@@ -91,9 +92,9 @@ static inline int eng_q8x_cols(int in) { return (in + ENG_Q4_1_COLS - 1) / ENG_Q
 void eng_q8x_quantize(const struct eng_q8x *xq, const float *x, int in);
 
 /* y[row_begin .. row_end - 1] = W . x with x quantized: per group
- * y += d_w * d_x * sum(q_w * q_x) + m_w * sum(x). Runs on AVX-512 VNNI when the
- * CPU has it and the ISA is ENG_ISA_AVX512, otherwise on the scalar reference of
- * the same integer arithmetic. Error against exact W.x is bounded by
+ * y += d_w * d_x * sum(q_w * q_x) + m_w * sum(x). Runs on the VBMI decode kernel,
+ * else on the VNNI or AVX2 tile kernel with one token, else on the scalar
+ * reference of the same integer arithmetic (dispatch.c). Error against exact W.x is bounded by
  * sum_c |w_c| * d_x[g]/2 (half a quantization step of x per term). */
 void eng_matvec_q4_1_q8_rows(const uint8_t *chunks, int in, int row_begin, int row_end,
                              const struct eng_q8x *xq, float *y);
@@ -109,8 +110,9 @@ void eng_q8x_quantize_batch(const struct eng_q8x *xq, const float *x, int ldx, i
  * (multiples of 32); Y row t at y + t*ldy, indexed by absolute row. The same
  * integer arithmetic as eng_matvec_q4_1_q8_rows per token (so the same answer up
  * to float summation order), but each weight chunk is unpacked once and used for
- * a block of tokens: compute-bound instead of bandwidth-bound. AVX-512 VNNI when
- * present and the ISA is ENG_ISA_AVX512, scalar otherwise. */
+ * a block of tokens: compute-bound instead of bandwidth-bound. The AVX-512 VNNI
+ * tile kernel (one token on a VBMI CPU: the decode kernel), else the AVX2 one
+ * (ENG_ISA_AVX2), else scalar (dispatch.c). */
 void eng_matmul_q4_1_q8_rows(const uint8_t *chunks, int in, int row_begin, int row_end,
                              const struct eng_q8x *xq, int n_tok, float *y, int ldy);
 

@@ -8,9 +8,9 @@
 
 #include "engine/kernels/kernels-impl.h"
 
-/* The 4-bit weight of chunk-local row r, column c (docs §3.9): rows come in two
- * 16-row halves of 2,048 bytes; within a half, column c owns 8 bytes, one per
- * row pair, low nibble = even row. */
+/* The 4-bit weight of chunk-local row r, column c (docs/model-minicpm5.md §3.9):
+ * rows come in two 16-row halves of 2,048 bytes; within a half, column c owns 8
+ * bytes, one per row pair, low nibble = even row. */
 static int q4_1_nibble(const uint8_t *chunk, int r, int c)
 {
     uint8_t b = chunk[1024 + (r / 16) * 2048 + c * 8 + (r % 16) / 2];

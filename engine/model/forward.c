@@ -1,4 +1,4 @@
-/* Sequences and the forward pass (model doc §1.2): a plain Llama.
+/* Sequences and the forward pass (docs/model-minicpm5.md §1.2): a plain Llama.
  *
  *   x = embed[token]
  *   per layer: x += Wo . attn(rope(Wq . n), rope(Wk . n), Wv . n), n = rmsnorm(x)

@@ -245,8 +245,8 @@ static int heads_equal(const struct eng_mat *w, int hd, int a, int b)
 }
 
 /* The largest r such that in every layer, stored KV head j of k_proj and v_proj
- * equals head j - j % r (HF repeat_interleave, §3.4) and the Q heads still split
- * evenly over the n_kv / r distinct heads. */
+ * equals head j - j % r (HF repeat_interleave, docs/model-minicpm5.md §3.4) and the
+ * Q heads still split evenly over the n_kv / r distinct heads. */
 static int kv_replication(const eng_model *m, const struct eng_mat *wk, const struct eng_mat *wv)
 {
     const struct eng_hparams *hp = &m->info.hp;

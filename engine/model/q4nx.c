@@ -1,5 +1,5 @@
 /* Q4_1 chunk reading, deliberately scalar and index-by-index: every accessor is
- * the §3.9 formula written out once, so a reader can check it against the doc.
+ * the docs/model-minicpm5.md §3.9 formula written out once, to check against it.
  */
 #include "engine/err.h"
 #include "engine/model/q4nx.h"

@@ -1,6 +1,7 @@
-/* q4nx — the Q4_1 chunk layout of FastFlowLM Q4NX matmul weights (model doc
- * §3.9), read with plain scalar code. This is the reference reading that the fast
- * kernels (engine/kernels*) and the numpy oracle are checked against.
+/* q4nx — the Q4_1 chunk layout of FastFlowLM Q4NX matmul weights
+ * (docs/model-minicpm5.md §3.9), read with plain scalar code. This is the reference
+ * reading that the fast kernels (engine/kernels/) and the numpy oracle are checked
+ * against.
  *
  * A logical weight W[rows, cols] (HF orientation: rows = out, cols = in) is stored
  * as an I8 tensor [num_chunks, 5120]. The input dim is padded up to a multiple of

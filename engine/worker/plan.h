@@ -4,7 +4,7 @@
  *
  * Why: the stock NPU runtime puts all 42 decode layers of MiniCPM5-2B into one
  * runlist and the NPU answers ERT_CMD_STATE_TIMEOUT on the first token. The root
- * cause is unproven (docs/npu-xrt.md §3, issue #712), so K is a policy that adapts
+ * cause is unproven (docs/npu-xrt.md §3, the upstream bug report), so K is a policy that adapts
  * and reports, not a constant. The worker submits one runlist and waits for its
  * final state before it submits the next.
  *
@@ -146,8 +146,8 @@ int eng_plan_prefill_chunk(int n_prompt, int chunk_tokens, int index,
  *               as ABORT.
  *   NORESPONSE  timeout and the scheduler failed to reset: a hang too.
  *   NEW         the chain never started: a chain whose slots overflow the driver's
- *               4 KiB buffer stays NEW, and NEW is one of the states #712 reports
- *               for the 42-layer list. A shorter runlist is exactly the fix.
+ *               4 KiB buffer stays NEW, and NEW is one of the states FastFlowLM's
+ *               report gives for the 42-layer list. A shorter runlist is exactly the fix.
  *   QUEUED, RUNNING, SUBMITTED
  *               a wait that ended before the command did (XRT's
  *               "qds_device::wait() unexpected command state", a host timeout).

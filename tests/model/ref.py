@@ -4,7 +4,7 @@ pass, the oracle that engine/model/model.c is checked against.
 
 Nothing here comes from the C side: the pack is read with this file's own
 safetensors parser (json + struct + numpy), the Q4_1 chunks of model.q4nx are
-unpacked from the layout of docs model-minicpm5.md §3.9 (the doc's nibble-index
+unpacked from the layout of docs/model-minicpm5.md §3.9 (the doc's nibble-index
 form, k = (r//16)*4096 + bc*512 + i*16 + r%16), and the forward pass is §1.2:
 
     x = embed[token]                                     (BF16 lookup, no scale)

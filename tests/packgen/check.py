@@ -2,7 +2,7 @@
 """check.py PACK_DIR [--template FILE]: an independent reading of a generated pack.
 
 Parses model.q4nx itself (json + struct + numpy, no project code), following
-docs model-minicpm5.md §3.9, and checks it against config.json: every tensor's
+docs/model-minicpm5.md §3.9, and checks it against config.json: every tensor's
 name, dtype and shape; data_offsets tiling the data region without gaps or
 overlap; BF16 values finite and plausible; every Q4_1 chunk dequantizing to a
 consistent matrix (q from a group's min to its max, d >= 0, padding zero, row

@@ -93,7 +93,8 @@ def kvrep(pack_bin, work):
             import numpy as np
             wb = check.dequant(np.frombuffer(xb, np.uint8), 2 * hd, h)
             wr = check.dequant(np.frombuffer(xr, np.uint8), 4 * hd, h)
-            # New head j is the model's head j // 2 (§3.4 repeat_interleave).
+            # New head j is the model's head j // 2 (repeat_interleave,
+            # docs/model-minicpm5.md §3.4).
             want = np.repeat(wb.reshape(2, hd, h), 2, axis=0).reshape(4 * hd, h)
             if not np.array_equal(wr, want):
                 return fail(f'{name}: replicated heads are not copies of the original heads')

@@ -17,8 +17,9 @@ names packtools-*):
                                             and gen --format hf --kv-heads 4 repeats HF heads
 
 Independent of the project's code: the safetensors reading and writing here is
-json + struct + numpy; the Q4_1 chunk decoding is check.py's (§3.9). Debian's
-python3-numpy: /usr/bin/python3. Each mode works under WORKDIR/<mode>."""
+json + struct + numpy; the Q4_1 chunk decoding is check.py's
+(docs/model-minicpm5.md §3.9). Debian's python3-numpy: /usr/bin/python3. Each
+mode works under WORKDIR/<mode>."""
 import json
 import os
 import shutil

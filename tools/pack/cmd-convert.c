@@ -7,8 +7,9 @@
  * config.json, tokenizer.json, tokenizer_config.json, generation_config.json,
  * special_tokens_map.json and chat_template.jinja copied when present.
  *
- * --kv-heads N repeats each K/V head (§3.4, repeat_interleave: new head j is
- * head j / (N / kv)) and sets num_key_value_heads = N in config.json.
+ * --kv-heads N repeats each K/V head (docs/model-minicpm5.md §3.4,
+ * repeat_interleave: new head j is head j / (N / kv)) and sets
+ * num_key_value_heads = N in config.json.
  *
  * Streaming: the input is mapped, one 32-row block is converted at a time and
  * the pages read are dropped after each tensor, so converting the 5 GB

@@ -199,9 +199,9 @@ static int emit(struct q4nx_writer *w, const struct q4nx_tensor *t, const struct
     if (!rows || !out)
         goto out;
     if (g->rep_head > 1) {
-        /* KV replication (§3.4): draw the model's real K/V rows exactly as an
-         * unreplicated pack would, then repeat each head: new head j is original
-         * head j / rep_head. */
+        /* KV replication (docs/model-minicpm5.md §3.4): draw the model's real K/V
+         * rows exactly as an unreplicated pack would, then repeat each head: new
+         * head j is original head j / rep_head. */
         int64_t base_rows = t->rows / g->rep_head;
         base = malloc((size_t)base_rows * cols * sizeof *base);
         if (!base)

@@ -3,7 +3,8 @@
  * What a pack holds and what is wrong with it: the architecture from config.json,
  * the files, the weights format, every tensor (name, dtype, shape, bytes, and for
  * a Q4NX chunk tensor the logical W[out, in] it decodes to), totals, and the
- * problems, each one line naming the file and tensor:
+ * problems, each one line naming the file and tensor (§ sections are
+ * docs/model-minicpm5.md's):
  *
  *   error    the engine would refuse or compute something else: unreadable or
  *            corrupt file (engine/model/safetensors.c validates every header, dtype,

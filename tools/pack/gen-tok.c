@@ -380,7 +380,7 @@ struct added {
     bool special;
 };
 
-/* MiniCPM5's ids 0..21 (§2.2; 4..7 and 14..17 per the astrowar list). */
+/* MiniCPM5's ids 0..21 (docs/model-minicpm5.md §2.2; 4..7 and 14..17 per the astrowar list). */
 static const struct added low_added[GEN_N_LOW_ADDED] = {
     {"<s>", true},           {"</s>", true},          {"<tool_call>", true},
     {"</tool_call>", true},  {"<|im_sep|>", true},    {"<|fim_prefix|>", true},

@@ -6,7 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Ids 0..21 are MiniCPM5's leading added tokens (§2.2); the 256 byte tokens follow. */
+/* Ids 0..21 are MiniCPM5's leading added tokens (docs/model-minicpm5.md §2.2); the
+ * 256 byte tokens follow. */
 #define GEN_N_LOW_ADDED 22
 
 struct gen_preset {

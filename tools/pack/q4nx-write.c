@@ -1,5 +1,5 @@
 /* The Q4NX (safetensors) writer and the Q4_1 chunk packer. See q4nx-write.h for
- * the contract and model-minicpm5.md §3.9 for the layout this must match byte for
+ * the contract and docs/model-minicpm5.md §3.9 for the layout this must match byte for
  * byte: the packer is the one place where a mistake would silently produce a pack
  * that loads but computes nonsense, so the layout comments below restate it. */
 #include "tools/pack/q4nx-write.h"

@@ -1,6 +1,6 @@
 /* Writing Q4NX files: a safetensors container whose matmul weights are Q4_1
- * chunks (docs: model-minicpm5.md §3.9). The reader lives in engine/model/q4nx.c; this
- * is the producer side for `minicpmd-pack gen` (and later `convert`).
+ * chunks (docs/model-minicpm5.md §3.9). The reader lives in engine/model/q4nx.c; this
+ * is the producer side for `minicpmd-pack gen` and `convert`.
  *
  * The writer streams: the caller declares every tensor up front (so the header
  * with all data_offsets can go first), then appends each tensor's bytes in the

@@ -26,8 +26,8 @@
  * context by itself, docs/npu-xrt.md §1d); the sequence's KV is then lost.
  *
  * One position per batch (the dx design decodes one token): prefill runs token by
- * token, as OpenFlowLM-Next's default sequential route does (§4). One sequence at
- * a time. */
+ * token, as OpenFlowLM-Next's default sequential route does (docs/npu-kernels.md
+ * §4). One sequence at a time. */
 #include "engine/device/device.h"
 #include "engine/err.h"
 #include "engine/device/xrt/bridge.h"
