@@ -21,6 +21,7 @@
  * template's own output) is in the header.
  */
 #include "engine/outparse.h"
+#include "engine/text/outparse-impl.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -63,7 +64,6 @@ static int sb_put(struct sbuf *b, const char *s, size_t n)
     return 0;
 }
 
-static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 /* First occurrence of needle in [s, s+n), or NULL. */
 static const char *find(const char *s, size_t n, const char *needle, size_t nl)
@@ -80,15 +80,6 @@ static const char *find(const char *s, size_t n, const char *needle, size_t nl)
     return NULL;
 }
 
-static char *dup_n(const char *s, size_t n)
-{
-    char *d = malloc(n + 1);
-    if (d) {
-        memcpy(d, s, n);
-        d[n] = '\0';
-    }
-    return d;
-}
 
 /* ---- the parser's state --------------------------------------------------------- */
 
@@ -222,7 +213,7 @@ static int emit_text(struct eng_delta_list *out, size_t first, enum eng_delta_ki
         d->text = t;
         return 0;
     }
-    char *t = dup_n(s, n);
+    char *t = eng__outparse_dup(s, n);
     struct eng_delta *d = t ? delta_push(out) : NULL;
     if (!d) {
         free(t);
@@ -276,138 +267,12 @@ static int utf8_push(eng_outparse *p, uint8_t c)
     return 0;
 }
 
-/* ---- parameter values ----------------------------------------------------------- */
-
-enum {
-    T_STRING = 1, T_INTEGER = 2, T_NUMBER = 4, T_BOOLEAN = 8,
-    T_OBJECT = 16, T_ARRAY = 32, T_NULL = 64,
-};
-
-static unsigned type_bit(const json_t *t)
-{
-    static const struct { const char *name; unsigned bit; } names[] = {
-        {"string", T_STRING}, {"integer", T_INTEGER}, {"number", T_NUMBER},
-        {"boolean", T_BOOLEAN}, {"object", T_OBJECT}, {"array", T_ARRAY}, {"null", T_NULL},
-    };
-    const char *s = json_string_value(t);
-    for (size_t i = 0; s && i < sizeof names / sizeof names[0]; i++)
-        if (strcmp(s, names[i].name) == 0)
-            return names[i].bit;
-    return 0;
-}
-
-static unsigned own_types(const json_t *schema)
-{
-    const json_t *t = json_object_get(schema, "type");
-    unsigned mask = type_bit(t);
-    size_t i;
-    const json_t *v;
-    if (json_is_array(t))
-        json_array_foreach(t, i, v) mask |= type_bit(v);
-    return mask;
-}
-
-/* The JSON types a parameter's schema allows: "type" (a name or a list of names),
- * else the "type"s of its anyOf/oneOf members. 0 means we do not know. */
-static unsigned schema_types(const json_t *props, const char *key)
-{
-    const json_t *schema = json_object_get(props, key);
-    unsigned mask = own_types(schema);
-    const char *alts[] = {"anyOf", "oneOf"};
-    for (size_t a = 0; mask == 0 && a < 2; a++) {
-        const json_t *list = json_object_get(schema, alts[a]), *v;
-        size_t i;
-        if (json_is_array(list))
-            json_array_foreach(list, i, v) mask |= own_types(v);
-    }
-    return mask;
-}
-
-/* Whether a parsed value is one the schema allows (any non-string one when the
- * schema says nothing). A JSON string literal never counts: the template writes
- * strings bare, so quotes around a value are part of the value. */
-static bool value_fits(const json_t *v, unsigned mask)
-{
-    unsigned bit;
-    switch (json_typeof(v)) {
-    case JSON_INTEGER: bit = T_INTEGER | T_NUMBER; break;
-    case JSON_REAL: bit = T_NUMBER; break;
-    case JSON_TRUE: case JSON_FALSE: bit = T_BOOLEAN; break;
-    case JSON_NULL: bit = T_NULL; break;
-    case JSON_OBJECT: bit = T_OBJECT; break;
-    case JSON_ARRAY: bit = T_ARRAY; break;
-    default: return false;
-    }
-    return mask == 0 || (mask & bit) != 0;
-}
-
-/* Valid JSON text without the whitespace between tokens. Re-serialising through
- * jansson instead would print 0.1 as 0.10000000000000001. */
-static char *json_minify(const char *s, size_t n)
-{
-    char *o = malloc(n + 1), *w = o;
-    bool in_str = false;
-    if (!o)
-        return NULL;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (in_str) {
-            *w++ = c;
-            if (c == '\\' && i + 1 < n)
-                *w++ = s[++i];
-            else if (c == '"')
-                in_str = false;
-        } else if (!is_ws(c)) {
-            *w++ = c;
-            in_str = c == '"';
-        }
-    }
-    *w = '\0';
-    return o;
-}
-
-static char *json_quote(const char *s, size_t n)
-{
-    json_t *j = json_stringn(s, n);
-    char *o = j ? json_dumps(j, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
-    json_decref(j);
-    return o;
-}
-
-/* The JSON text of one parameter value: typed per the schema when the text parses
- * as a value the schema allows, else the text as a JSON string. CDATA holds text
- * the template wrapped because it contains '<', '&' or a newline, so without a
- * schema it is always a string. The template prints Python's True/False/None for
- * non-string values in past turns, so the model may too: they count as booleans
- * and null. NULL on allocation failure. */
-static char *param_json(const json_t *props, const char *key, const char *v, size_t n, bool cdata)
-{
-    unsigned mask = props ? schema_types(props, key) : 0;
-    bool try_json = mask == 0 ? !cdata : (mask & ~(unsigned)T_STRING) != 0;
-    if (try_json) {
-        json_t *j = json_loadb(v, n, JSON_DECODE_ANY, NULL);
-        bool fits = j && value_fits(j, mask);
-        json_decref(j);
-        if (fits)
-            return json_minify(v, n);
-        size_t b = 0, e = n;
-        while (b < e && is_ws(v[b])) b++;
-        while (e > b && is_ws(v[e - 1])) e--;
-        static const struct { const char *py, *json; unsigned bit; } lits[] = {
-            {"True", "true", T_BOOLEAN}, {"False", "false", T_BOOLEAN}, {"None", "null", T_NULL},
-        };
-        for (size_t i = 0; i < 3; i++)
-            if (e - b == strlen(lits[i].py) && memcmp(v + b, lits[i].py, e - b) == 0 &&
-                (mask == 0 || (mask & lits[i].bit)))
-                return dup_n(lits[i].json, strlen(lits[i].json));
-    }
-    return json_quote(v, n);
-}
+/* ---- arguments (typed in outparse-args.c) ------------------------------------- */
 
 /* Records one argument; a repeated name keeps its first place and its last value. */
 static int call_add_arg(struct call *c, const char *v, size_t n, bool cdata)
 {
-    char *val = param_json(c->props, c->key, v, n, cdata);
+    char *val = eng__outparse_param_json(c->props, c->key, v, n, cdata);
     if (!val)
         return -ENOMEM;
     for (size_t i = 0; i < c->nargs; i++) {
@@ -443,7 +308,7 @@ static char *call_arguments(const struct call *c)
     if (sb_put(&b, "{", 1) != 0)
         return NULL;
     for (size_t i = 0; i < c->nargs; i++) {
-        char *k = json_quote(c->keys[i], strlen(c->keys[i]));
+        char *k = eng__outparse_json_quote(c->keys[i], strlen(c->keys[i]));
         int rc = k ? 0 : -ENOMEM;
         if (rc == 0 && i > 0)
             rc = sb_put(&b, ",", 1);
@@ -466,24 +331,6 @@ static char *call_arguments(const struct call *c)
     return b.p;
 }
 
-/* The parameters.properties of function `name` in the request's tools, or NULL. */
-static const json_t *find_props(const json_t *tools, const char *name)
-{
-    size_t i;
-    const json_t *t;
-    json_array_foreach(tools, i, t) {
-        const json_t *fn = json_object_get(t, "function");
-        if (!json_is_object(fn))
-            fn = t;  /* also accept the flat {"name", "parameters"} shape */
-        const char *n = json_string_value(json_object_get(fn, "name"));
-        if (n && strcmp(n, name) == 0) {
-            const json_t *props = json_object_get(json_object_get(fn, "parameters"), "properties");
-            return json_is_object(props) ? props : NULL;
-        }
-    }
-    return NULL;
-}
-
 /* ---- tool-call markup ------------------------------------------------------------ */
 
 /* Each step matches at *at in s[0, n): R_OK (and advances), R_NEED (the text ends
@@ -503,7 +350,7 @@ static int m_lit(const char *s, size_t n, size_t *at, const char *lit)
 static int m_ws(const char *s, size_t n, size_t *at, size_t min)
 {
     size_t count = 0;
-    while (*at < n && is_ws(s[*at])) {
+    while (*at < n && eng__outparse_is_ws(s[*at])) {
         if (++count > MAX_WS)
             return R_BAD;
         (*at)++;
@@ -554,9 +401,9 @@ static int call_advance(eng_outparse *p, const char *s, size_t n, size_t *end)
             at = 0;
             if ((r = m_lit(s, n, &at, "<function")) || (r = m_name_attr(s, n, &at, &vs, &vn)))
                 return r;
-            if (!(c->name = dup_n(s + vs, vn)))
+            if (!(c->name = eng__outparse_dup(s + vs, vn)))
                 return -ENOMEM;
-            c->props = find_props(p->tools, c->name);
+            c->props = eng__outparse_find_props(p->tools, c->name);
             c->at = at;
             c->phase = P_PARAMS;
             break;
@@ -572,7 +419,7 @@ static int call_advance(eng_outparse *p, const char *s, size_t n, size_t *end)
             if ((r = m_lit(s, n, &at, "<param")) || (r = m_name_attr(s, n, &at, &vs, &vn)))
                 return r;
             free(c->key);
-            if (!(c->key = dup_n(s + vs, vn)))
+            if (!(c->key = eng__outparse_dup(s + vs, vn)))
                 return -ENOMEM;
             c->vstart = c->scan = at;
             c->mode = V_UNKNOWN;
@@ -710,7 +557,7 @@ static int run(eng_outparse *p, struct eng_delta_list *out, size_t first, bool e
         }
         enum eng_delta_kind kind = p->think ? ENG_DELTA_REASONING : ENG_DELTA_CONTENT;
         if (p->skip_ws) {
-            while (i < n && is_ws(b[i]))
+            while (i < n && eng__outparse_is_ws(b[i]))
                 i++;
             p->pos = i;
             if (i == n)
@@ -722,7 +569,7 @@ static int run(eng_outparse *p, struct eng_delta_list *out, size_t first, bool e
         size_t from = p->ws_to > i ? p->ws_to : i;  /* [i, from) is known whitespace */
         const char *lt = memchr(b + from, '<', n - from);
         size_t j = lt ? (size_t)(lt - b) : n, k = j;
-        while (k > from && is_ws(b[k - 1]))
+        while (k > from && eng__outparse_is_ws(b[k - 1]))
             k--;
         if (k == from)
             k = i;
