@@ -49,7 +49,9 @@ char *eng_chat_render(const struct eng_chat_params *p, char *err, size_t errlen,
 /* Fill `p` from an OpenAI chat request object: messages, tools,
  * chat_template_kwargs.enable_thinking (true/false; absent or any other value is
  * UNSET, as the template treats it), and add_generation_prompt (a boolean, default
- * true). `p` borrows from `request`. Returns 0, or -1 with `err`/`param` as above. */
+ * true), for minicpmd-pack template and the tests (the daemon reads these once, in
+ * api_chat_req_parse). `p` borrows from `request`. Returns 0, or -EINVAL with
+ * `err`/`param` as above. */
 int eng_chat_params_from_request(const json_t *request, struct eng_chat_params *p, char *err,
                                  size_t errlen, char *param, size_t paramlen);
 

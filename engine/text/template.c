@@ -14,6 +14,7 @@
 #include "engine/template.h"
 #include "engine/text/template-impl.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -567,14 +568,14 @@ int eng_chat_params_from_request(const json_t *request, struct eng_chat_params *
                                   .eos_token = "</s>"};
     if (!json_is_object(request)) {
         fail(&c, "the request must be a JSON object", NULL);
-        return -1;
+        return -EINVAL;
     }
     p->messages = json_object_get(request, "messages");
     p->tools = json_object_get(request, "tools");
     const json_t *agp = json_object_get(request, "add_generation_prompt");
     if (agp && !json_is_boolean(agp)) {
         fail(&c, "add_generation_prompt must be a boolean", "add_generation_prompt");
-        return -1;
+        return -EINVAL;
     }
     if (agp)
         p->add_generation_prompt = json_is_true(agp);
