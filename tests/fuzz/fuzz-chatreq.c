@@ -157,7 +157,7 @@ static void build_responses(const struct api_chat_req *r, const char *raw, size_
                                .n_tool_calls = 1, .logprobs = true, .tokens = &tok,
                                .n_tokens = 1};
     struct api_device_error de = {(int)n, raw, raw, 1, 2, 3, (int)n - 3, 5, (int64_t)n - 2, raw,
-                                  1};
+                                  1, n % 2 == 0};
     char *body;
     switch (pick % 6) {
     case 0: must_parse(api_chat_completion_body(&ci, &res)); break;
