@@ -44,8 +44,6 @@ static uint64_t now_ns(void)
 
 /* ---- request accessors --------------------------------------------------- */
 
-const char *srv_request_method(const srv_request *r) { return r->method; }
-const char *srv_request_path(const srv_request *r) { return r->path; }
 const char *srv_request_param(const srv_request *r) { return r->param; }
 void *srv_request_app(const srv_request *r) { return r->http->cfg.app; }
 
@@ -218,8 +216,6 @@ static void cancel(srv_request *req)
     if (req->on_cancel)
         req->on_cancel(req->cancel_ud);
 }
-
-bool srv_request_cancelled(const srv_request *r) { return r->cancelled; }
 
 void srv_request_defer(srv_request *r, srv_cancel_fn on_cancel, void *ud)
 {

@@ -159,8 +159,6 @@ int srv_stream_write(srv_stream *s, const char *data, size_t len)
     return 0;
 }
 
-size_t srv_stream_buffered(const srv_stream *s) { return s->len - s->off; }
-
 void srv_stream_end(srv_stream *s)
 {
     if (!s || s->closed)
