@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,7 +220,6 @@ MCD_TEST(kpolicy, halving_sequence_42)
     }
     cr_assert_eq(eng_kpolicy_k(&p), 1);
     cr_assert_eq(p.attempts, 7, "1 try + 6 replays");
-    cr_assert_eq(p.halvings, 6);
 }
 
 MCD_TEST(kpolicy, halving_from_device_default)

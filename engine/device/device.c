@@ -187,10 +187,3 @@ int eng_device_reset(struct eng_device *d, char *err, size_t errlen)
     return d->iface->reset(d->context, err, errlen);
 }
 
-void eng_device_get_stats(const struct eng_device *d, struct eng_device_stats *out)
-{
-    assert(d && out);
-    *out = (struct eng_device_stats){0};
-    if (d->iface->get_stats)
-        d->iface->get_stats(d->context, out);
-}

@@ -1,6 +1,6 @@
 /* CPU compute kernels for the decode path: matrix-vector products over the Q4NX
  * Q4_1 chunk layout and over row-major BF16, plus the small per-token kernels
- * (RMSNorm, NeoX RoPE, softmax, SwiGLU).
+ * (RMSNorm, softmax, SwiGLU).
  *
  * Every matrix-vector kernel exists as a scalar reference and as AVX2 and AVX-512
  * variants; eng_isa_detect() picks the best one the CPU has on first use, and
@@ -136,10 +136,6 @@ void eng_attn_gqa(const float *q, int nq, const uint16_t *k, const uint16_t *v, 
 /* o[i] = w[i] * x[i] / sqrt(mean(x^2) + eps); w is BF16 as stored in the pack.
  * o may alias x. */
 void eng_rmsnorm(float *o, const float *x, const uint16_t *w, int n, float eps);
-
-/* NeoX ("rotate_half") RoPE in place on n_heads heads of head_dim floats each:
- * element d pairs with d + head_dim/2, angle pos * theta^(-2d/head_dim). */
-void eng_rope_neox(float *v, int n_heads, int head_dim, int pos, double theta);
 
 /* In-place softmax over x[n] (max-subtracted, float accumulation). */
 void eng_softmax(float *x, int n);

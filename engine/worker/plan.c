@@ -173,7 +173,6 @@ enum eng_kverdict eng_kpolicy_failed(struct eng_kpolicy *p, int state)
     if (p->mode != ENG_KMODE_AUTO || !eng_kpolicy_adapts(state) || p->k <= 1)
         return ENG_KVERDICT_GIVE_UP;
     p->k = (p->k + 1) / 2;
-    p->halvings++;
     if (p->attempts - 1 >= p->max_retries)
         return ENG_KVERDICT_GIVE_UP;
     p->attempts++;

@@ -189,7 +189,6 @@ struct eng_kpolicy {
     int max_retries;        /* AUTO only; 0 for ALL/FIXED */
     int attempts;           /* tries of the current request so far (>= 1 once begun) */
     int remembered_k;       /* last K reported for saving (or loaded); 0 = none */
-    int halvings;           /* times K was halved since init (for logs/metrics) */
 };
 
 /* Returns 0, or -EINVAL (bad n_layers, FIXED with fixed_k < 1, unknown mode; the

@@ -48,19 +48,6 @@ void eng__worker_log(struct eng_worker *w, enum eng_log_level level, const char 
     w->log(w->log_ctx, level, line);
 }
 
-const char *eng_finish_name(enum eng_finish f)
-{
-    switch (f) {
-    case ENG_FINISH_STOP:
-        return "stop";
-    case ENG_FINISH_LENGTH:
-        return "length";
-    case ENG_FINISH_CANCELLED:
-        return "cancelled";
-    }
-    return "unknown";
-}
-
 /* ---- requests ------------------------------------------------------------------ */
 
 static void req_destroy(eng_gen_req *r)
