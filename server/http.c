@@ -17,6 +17,7 @@
 #include "server/log.h"
 #include "server/metrics.h"
 #include "server/security.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -34,13 +35,6 @@
 
 static void on_timer(uv_timer_t *t);
 static void request_unref(srv_request *req);
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- request accessors --------------------------------------------------- */
 
@@ -415,7 +409,7 @@ static srv_request *request_new(srv_http *h, struct MHD_Connection *conn, const 
     req->http = h;
     req->conn = conn;
     req->refs = 1;
-    req->start_ns = now_ns();
+    req->start_ns = ut_now_ns();
     req->route_name = "other";
     snprintf(req->method, sizeof req->method, "%s", method);
     /* An absolute-form target (RFC 9112 §3.2.2) names the path after the authority. */
@@ -501,7 +495,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         return;
     *con_cls = NULL;
     h->inflight--;
-    double secs = (double)(now_ns() - req->start_ns) / 1e9;
+    double secs = (double)(ut_now_ns() - req->start_ns) / 1e9;
     /* A request that died before an answer is counted as 499 (client closed), the
      * nginx convention, so dashboards see it. */
     int status = req->status ? req->status : 499;

@@ -98,9 +98,6 @@ struct eng_worker {
 void eng__worker_log(struct eng_worker *w, enum eng_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Monotonic microseconds. */
-int64_t eng__worker_now_us(void);
-
 /* End every queued request that was cancelled: removed from the queue, one DONE
  * "cancelled" event each. Worker thread; called between runlists. */
 void eng__worker_sweep(struct eng_worker *w);

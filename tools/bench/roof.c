@@ -3,6 +3,7 @@
  * roof-avx512.c and roof-avx2.c; the plain C ones are here. */
 #include "tools/bench/roof.h"
 #include "tools/bench/roof-impl.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -30,13 +31,6 @@ static void sink(uint64_t v)
 }
 
 static _Atomic int roof_isa_cur = -1; /* -1: not chosen yet, roof_isa_detect() */
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---- which instructions --------------------------------------------------------- */
 
@@ -218,9 +212,9 @@ double roof_read_bandwidth(eng_pool *pool, size_t bytes, int reps)
         /* An empty region first: workers that fell asleep during the caller's
          * bookkeeping are awake and spinning when the timed region opens. */
         eng_pool_run(pool, empty_fn, NULL);
-        double t0 = now();
+        double t0 = ut_now_s();
         eng_pool_run(pool, read_fn, &c);
-        double gbs = (double)pages * ROOF_PAGE / (now() - t0) / 1e9;
+        double gbs = (double)pages * ROOF_PAGE / (ut_now_s() - t0) / 1e9;
         if (gbs > best)
             best = gbs;
     }
@@ -281,7 +275,7 @@ static void timed_fn(void *arg, int ith, int nth)
     double ops = 0;
     do
         ops += timed_chunk(c, ith + 1);
-    while (now() < c->deadline);
+    while (ut_now_s() < c->deadline);
     c->slot[ith].ops = ops;
 }
 
@@ -300,13 +294,13 @@ static double timed_peak(eng_pool *pool, enum timed_what what, double seconds)
 
     /* Warm-up: wakes the workers and, on CPUs that have one, lets the clock
      * settle at its wide-vector licence before the timed region. */
-    c.deadline = now() + (seconds / 10 < 0.02 ? seconds / 10 : 0.02);
+    c.deadline = ut_now_s() + (seconds / 10 < 0.02 ? seconds / 10 : 0.02);
     eng_pool_run(pool, timed_fn, &c);
 
-    double t0 = now();
+    double t0 = ut_now_s();
     c.deadline = t0 + seconds;
     eng_pool_run(pool, timed_fn, &c);
-    double dt = now() - t0, ops = 0;
+    double dt = ut_now_s() - t0, ops = 0;
     for (int i = 0; i < nth; i++)
         ops += slot[i].ops;
     free(slot);

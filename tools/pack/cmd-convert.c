@@ -26,6 +26,7 @@
 #include "tools/pack/pack.h"
 #include "tools/pack/q4nx-write.h"
 #include "tools/pack/st-set.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -53,13 +54,6 @@ struct job {
     const struct eng_st_tensor *src;       /* input tensor */
     int rep;                               /* K/V: each head repeated rep times */
 };
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static float f16_to_f32(uint16_t h)
 {
@@ -120,7 +114,7 @@ static void progress_add(struct progress *pr, uint64_t n)
         return;
     pr->next += pr->total / 20;
     fprintf(stderr, ME ": %3d%% (%" PRIu64 " of %" PRIu64 " MB) %.1f s\n",
-            (int)(100 * pr->done / pr->total), pr->done >> 20, pr->total >> 20, now() - pr->t0);
+            (int)(100 * pr->done / pr->total), pr->done >> 20, pr->total >> 20, ut_now_s() - pr->t0);
 }
 
 /* Streams one tensor into the writer. */
@@ -396,7 +390,7 @@ int pack_cmd_convert(int argc, char **argv)
     struct q4nx_tensor *t = NULL;
     bool made_dir = false, staged[sizeof side_files / sizeof *side_files + 2] = {0};
     int rc = 1;
-    double t0 = now();
+    double t0 = ut_now_s();
 
     /* config.json: the architecture every tensor is checked against. */
     snprintf(path, sizeof path, "%s/config.json", in_dir);
@@ -504,7 +498,7 @@ int pack_cmd_convert(int argc, char **argv)
         fprintf(stderr, ME ": %s: %s\n", tmp, strerror(-e));
         goto out;
     }
-    struct progress pr = {.total = t[n - 1].end, .next = t[n - 1].end / 20, .t0 = now()};
+    struct progress pr = {.total = t[n - 1].end, .next = t[n - 1].end / 20, .t0 = ut_now_s()};
     for (size_t i = 0; i < n && e == 0; i++)
         e = emit(&w, &t[i], &jobs[i], a.head_dim, &pr);
     int ce = q4nx_writer_close(&w);
@@ -559,7 +553,7 @@ int pack_cmd_convert(int argc, char **argv)
                     k == ST_SET_HF ? "model.safetensors" : "model.safetensors.index.json");
     fprintf(stderr, ME ": %s -> %s/model.q4nx: %zu tensors%s, %.1f MB, %.1f s\n", in_dir, out_dir,
             n, kv_heads != a.kv_heads ? ", KV heads replicated" : "", (double)t[n - 1].end / 1e6,
-            now() - t0);
+            ut_now_s() - t0);
     rc = 0;
 out:
     for (size_t i = 0; i < sizeof staged / sizeof *staged; i++) {

@@ -16,6 +16,7 @@
 #include "tools/pack/pack.h"
 #include "tools/pack/q4nx-write.h"
 #include "pack-chat-template.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -130,13 +131,6 @@ struct progress {
     double t0;
 };
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void progress_add(struct progress *pr, uint64_t n)
 {
     pr->done += n;
@@ -144,7 +138,7 @@ static void progress_add(struct progress *pr, uint64_t n)
         return;
     pr->next += pr->total / 20;
     fprintf(stderr, "minicpmd-pack gen: %3d%% (%" PRIu64 " of %" PRIu64 " MB) %.1f s\n",
-            (int)(100 * pr->done / pr->total), pr->done >> 20, pr->total >> 20, now() - pr->t0);
+            (int)(100 * pr->done / pr->total), pr->done >> 20, pr->total >> 20, ut_now_s() - pr->t0);
 }
 
 static void put_bf16_rows(const float *x, size_t n, uint8_t *out)
@@ -302,7 +296,7 @@ static int write_weights(const char *dir, const struct gen_preset *p, int kv_hea
      * BF16 [out, in] (vectors [n]): the Q4NX writer with no Q4_1 tensors. */
     if ((rc = q4nx_writer_open(&w, tmp, t, n)))
         goto out;
-    struct progress pr = {.total = t[n - 1].end, .next = t[n - 1].end / 20, .t0 = now()};
+    struct progress pr = {.total = t[n - 1].end, .next = t[n - 1].end / 20, .t0 = ut_now_s()};
     for (size_t i = 0; i < n && rc == 0; i++)
         rc = emit(&w, &t[i], &g[i], seed, i, &pr);
     int crc = q4nx_writer_close(&w);
@@ -435,7 +429,7 @@ int pack_cmd_gen(int argc, char **argv)
         return 1;
     }
 
-    double t0 = now();
+    double t0 = ut_now_s();
     uint64_t bytes = 0;
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
@@ -453,9 +447,9 @@ int pack_cmd_gen(int argc, char **argv)
     if (weights)
         fprintf(stderr, "minicpmd-pack gen: %s pack (seed %llu%s) in %s: %s %.1f MB, %.1f s\n",
                 p->name, seed, kv_heads != p->kv_heads ? ", replicated KV heads" : "", dir,
-                weights_file(fmt), (double)bytes / 1e6, now() - t0);
+                weights_file(fmt), (double)bytes / 1e6, ut_now_s() - t0);
     else
         fprintf(stderr, "minicpmd-pack gen: %s pack without weights in %s, %.1f s\n", p->name, dir,
-                now() - t0);
+                ut_now_s() - t0);
     return 0;
 }

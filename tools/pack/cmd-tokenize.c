@@ -7,6 +7,7 @@
  * --bench encodes stdin repeatedly for about two seconds and prints MB/s on stderr. */
 #include "engine/text/tokenizer.h"
 #include "tools/pack/pack.h"
+#include "util/clock.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -39,16 +40,9 @@ static char *read_all(FILE *f, size_t *len)
     return buf;
 }
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int bench(const eng_tokenizer *t, const char *text, size_t len, bool special)
 {
-    double t0 = now(), t1;
+    double t0 = ut_now_s(), t1;
     size_t bytes = 0, tokens = 0;
     do {
         int32_t *ids;
@@ -58,7 +52,7 @@ static int bench(const eng_tokenizer *t, const char *text, size_t len, bool spec
         free(ids);
         bytes += len;
         tokens += (size_t)n;
-        t1 = now();
+        t1 = ut_now_s();
     } while (t1 - t0 < 2.0 || bytes < len * 2);
     fprintf(stderr, "encode: %.1f MB/s, %.0f tokens/s (%zu bytes x %zu rounds, one thread)\n",
             (double)bytes / (t1 - t0) / 1e6, (double)tokens / (t1 - t0), len, bytes / (len ? len : 1));
