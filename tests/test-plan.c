@@ -4,6 +4,7 @@
  * missing directories, atomic writes). */
 #include "engine/worker/plan.h"
 #include "tests/check.h"
+#include "util/defaults.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -206,7 +207,8 @@ static struct eng_kpolicy policy(enum eng_kmode mode, int n, int fixed, int dev_
 MCD_TEST(kpolicy, halving_sequence_42)
 {
     struct eng_kpolicy p = policy(ENG_KMODE_AUTO, 42, 0, ENG_PLAN_ALL, 0, -1);
-    cr_assert_eq(p.max_retries, ENG_KPOLICY_DEFAULT_RETRIES);
+    cr_assert_eq(p.max_retries, UT_RUNLIST_RETRIES_DEFAULT, "< 0: the daemon's default");
+    p = policy(ENG_KMODE_AUTO, 42, 0, ENG_PLAN_ALL, 0, 6);   /* 42 -> 1 takes 6 halvings */
     eng_kpolicy_begin(&p);
     const int seq[] = {42, 21, 11, 6, 3, 2, 1};
     for (size_t i = 0; i < sizeof seq / sizeof seq[0]; i++) {

@@ -164,16 +164,13 @@ enum eng_kmode {
     ENG_KMODE_FIXED,
 };
 
-/* Default max_retries: enough to go from 42 layers to K = 1 in one request. */
-#define ENG_KPOLICY_DEFAULT_RETRIES 6
-
 struct eng_kpolicy_opts {
     enum eng_kmode mode;
     int fixed_k;            /* FIXED: K >= 1 */
     int n_layers;           /* 1 .. ENG_PLAN_MAX_LAYERS */
     int device_default_k;   /* AUTO: the device's default K; ENG_PLAN_ALL or <= 0 = all */
     int remembered_k;       /* AUTO: K from eng_kstate_load, 0 = none */
-    int max_retries;        /* AUTO: replays per request; < 0 = ENG_KPOLICY_DEFAULT_RETRIES */
+    int max_retries;        /* AUTO: replays per request; < 0 = UT_RUNLIST_RETRIES_DEFAULT */
 };
 
 enum eng_kverdict {

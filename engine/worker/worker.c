@@ -18,6 +18,8 @@
  * "cancelled". Every final event is thus emitted on the worker thread, in order. */
 #include "engine/err.h"
 #include "engine/worker/worker-impl.h"
+#include "util/clock.h"
+#include "util/defaults.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -26,15 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#define DEFAULT_PREFILL_CHUNK 256
-
-int64_t eng__worker_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 void eng__worker_log(struct eng_worker *w, enum eng_log_level level, const char *fmt, ...)
 {
@@ -172,7 +165,7 @@ int eng_worker_submit(eng_worker *w, eng_gen_req *r)
     } else {
         eng_gen_req_ref(r);
         atomic_store(&r->seq_no, ++w->next_seq_no);
-        r->t_submit_us = eng__worker_now_us();
+        r->t_submit_us = ut_now_us();
         w->ring[(w->head + w->count) % w->queue_size] = r;
         w->count++;
         atomic_store_explicit(&w->m.queue_depth, w->count, memory_order_relaxed);
@@ -211,7 +204,7 @@ void eng__worker_sweep(struct eng_worker *w)
     atomic_store_explicit(&w->m.queue_depth, w->count, memory_order_relaxed);
     pthread_mutex_unlock(&w->mu);
 
-    int64_t now = eng__worker_now_us();
+    int64_t now = ut_now_us();
     for (int i = 0; i < n; i++) {
         eng__worker_done_cancelled(w, w->swept[i], (double)(now - w->swept[i]->t_submit_us) / 1e3);
         eng_gen_req_free(w->swept[i]);
@@ -331,7 +324,7 @@ int eng_worker_new(struct eng_device *dev, const eng_pack *pack, const eng_token
         goto err;
     snprintf(w->device_name, sizeof w->device_name, "%s", eng_device_get_name(dev));
     int max_batch = eng_device_max_batch(dev);
-    w->prefill_chunk = o->prefill_chunk > 0 ? o->prefill_chunk : DEFAULT_PREFILL_CHUNK;
+    w->prefill_chunk = o->prefill_chunk > 0 ? o->prefill_chunk : UT_PREFILL_CHUNK_DEFAULT;
     w->prompt_cache = o->prompt_cache;
     if (max_batch > 0 && w->prefill_chunk > max_batch)
         w->prefill_chunk = max_batch;
