@@ -49,8 +49,8 @@ const char *srv_request_header(const srv_request *r, const char *name)
 const char *srv_request_body(const srv_request *r, size_t *len)
 {
     if (len)
-        *len = r->body_len;
-    return r->body ? r->body : "";
+        *len = r->body.n;
+    return r->body.p ? r->body.p : "";
 }
 
 /* ---- responses ----------------------------------------------------------- */
@@ -347,7 +347,7 @@ static enum MHD_Result on_headers(srv_request *req)
 static enum MHD_Result on_body(srv_request *req, const char *data, size_t size)
 {
     size_t max = req->http->cfg.max_body_bytes;
-    if (req->body_too_large || req->body_len + size > max) {
+    if (req->body_too_large || req->body.n + size > max) {
         req->body_too_large = true;
         req->discarded += size;
         if (req->discarded > (uint64_t)max + (64u << 20)) {
@@ -356,22 +356,7 @@ static enum MHD_Result on_body(srv_request *req, const char *data, size_t size)
         }
         return MHD_YES;
     }
-    if (req->body_len + size + 1 > req->body_cap) {
-        size_t cap = req->body_cap ? req->body_cap : 4096;
-        while (cap < req->body_len + size + 1)
-            cap *= 2;
-        if (cap > max + 1)
-            cap = max + 1;
-        char *p = realloc(req->body, cap);
-        if (!p)
-            return MHD_NO;
-        req->body = p;
-        req->body_cap = cap;
-    }
-    memcpy(req->body + req->body_len, data, size);
-    req->body_len += size;
-    req->body[req->body_len] = '\0';
-    return MHD_YES;
+    return ut_buf_add(&req->body, data, size) == 0 ? MHD_YES : MHD_NO;
 }
 
 /* The whole request is in: run the handler. */
@@ -436,7 +421,7 @@ static void request_unref(srv_request *req)
         MHD_destroy_response(req->pending_stream);
     free(req->pending.body);
     free(req->early.body);
-    free(req->body);
+    ut_buf_free(&req->body);
     free(req->path);
     free(req);
 }
