@@ -7,6 +7,7 @@
  * --bench encodes stdin repeatedly for about two seconds and prints MB/s on stderr. */
 #include "engine/text/tokenizer.h"
 #include "tools/pack/pack.h"
+#include "tools/pack/fsutil.h"
 #include "util/clock.h"
 
 #include <jansson.h>
@@ -15,30 +16,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-
-static char *read_all(FILE *f, size_t *len)
-{
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap)
-            break;
-        char *b = realloc(buf, cap * 2);
-        if (!b) {
-            free(buf);
-            return NULL;
-        }
-        buf = b;
-        cap *= 2;
-    }
-    if (!buf || ferror(f)) {
-        free(buf);
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
 
 static int bench(const eng_tokenizer *t, const char *text, size_t len, bool special)
 {
@@ -130,17 +107,12 @@ int pack_cmd_tokenize(int argc, char **argv)
         return 1;
     }
     size_t len = 0;
-    char *in = read_all(stdin, &len);
+    char *in = pack_read_all(stdin, &len);
     int rc = 1;
     if (!in) {
         fprintf(stderr, "minicpmd-pack tokenize: cannot read stdin\n");
     } else if (decode) {
-        char *z = realloc(in, len + 1);
-        if (z) {
-            in = z;
-            in[len] = '\0';
-            rc = decode_stdin(t, in);
-        }
+        rc = decode_stdin(t, in);   /* pack_read_all ends it with a NUL */
     } else if (do_bench) {
         rc = bench(t, in, len, special);
     } else {
