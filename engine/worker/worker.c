@@ -20,6 +20,7 @@
 #include "engine/worker/worker-impl.h"
 #include "util/clock.h"
 #include "util/defaults.h"
+#include "util/msg.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -29,16 +30,26 @@
 #include <string.h>
 #include <time.h>
 
+/* The worker's log hook also takes a level: ut_vmsgf's one-argument callback
+ * carries it here. */
+struct log_to {
+    struct eng_worker *w;
+    enum eng_log_level level;
+};
+
+static void log_line(void *ctx, const char *line)
+{
+    struct log_to *to = ctx;
+    to->w->log(to->w->log_ctx, to->level, line);
+}
+
 void eng__worker_log(struct eng_worker *w, enum eng_log_level level, const char *fmt, ...)
 {
-    if (!w->log)
-        return;
-    char line[512];
+    struct log_to to = {w, level};
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
+    ut_vmsgf(w->log ? log_line : NULL, &to, fmt, ap);
     va_end(ap);
-    w->log(w->log_ctx, level, line);
 }
 
 /* ---- requests ------------------------------------------------------------------ */
