@@ -136,9 +136,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
                         optarg);
                 rc = -1;
             } else if (eng_kernels_set_isa((enum eng_isa)o->isa) != 0 ||
-                       roof_set_isa(o->isa == ENG_ISA_SCALAR ? ROOF_ISA_SCALAR
-                                    : o->isa == ENG_ISA_AVX2 ? ROOF_ISA_AVX2
-                                                             : ROOF_ISA_AVX512) != 0) {
+                       roof_set_isa((enum eng_isa)o->isa) != 0) {
                 fprintf(stderr, "minicpmd-bench: this CPU lacks %s\n", optarg);
                 rc = -1;
             }
