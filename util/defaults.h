@@ -16,4 +16,7 @@
 /* Stop strings per request: OpenAI's limit. */
 #define UT_MAX_STOP 4
 
+/* top_logprobs per token: OpenAI's limit, and what the sampler keeps. */
+#define UT_MAX_TOP_LOGPROBS 20
+
 #endif
