@@ -65,19 +65,27 @@ void srv_response_header(struct srv_response *resp, const char *name, const char
     }
 }
 
-void srv_response_error(struct srv_response *resp, enum api_error e, const char *param,
-                        const char *fmt, ...)
+static void response_verror(struct srv_response *resp, enum api_error e, const char *param,
+                            const char *fmt, va_list ap) __attribute__((format(printf, 4, 0)));
+static void response_verror(struct srv_response *resp, enum api_error e, const char *param,
+                            const char *fmt, va_list ap)
 {
     char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     free(resp->body);
     resp->body = api_error_body(e, msg, param);
     resp->body_len = 0;
     resp->status = api_error_status(e);
     resp->content_type = "application/json";
+}
+
+void srv_response_error(struct srv_response *resp, enum api_error e, const char *param,
+                        const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    response_verror(resp, e, param, fmt, ap);
+    va_end(ap);
 }
 
 /* The CORS headers of an actual (non-preflight) response. */
@@ -157,13 +165,11 @@ static enum MHD_Result respond_error(srv_request *req, enum api_error e, const c
 
 static enum MHD_Result respond_error(srv_request *req, enum api_error e, const char *fmt, ...)
 {
-    char msg[1024];
+    struct srv_response resp = {0};
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    response_verror(&resp, e, NULL, fmt, ap);
     va_end(ap);
-    struct srv_response resp = {0};
-    srv_response_error(&resp, e, NULL, "%s", msg);
     return respond(req, &resp);
 }
 
