@@ -249,61 +249,42 @@ static void py_repr(ut_buf *b, const json_t *v)
         eng__py_str(b, v);
 }
 
-void eng__py_str(ut_buf *b, const json_t *v)
+/* Python's str(v) (json false) or json.dumps(v) (json true): the two differ only
+ * in how strings, floats, containers and the three constants are spelled. */
+static void py_value(ut_buf *b, const json_t *v, bool json)
 {
     switch (json_typeof(v)) {
     case JSON_STRING:
-        ut_buf_add(b, json_string_value(v), json_string_length(v));
+        if (json)
+            json_str(b, json_string_value(v), json_string_length(v));
+        else
+            ut_buf_add(b, json_string_value(v), json_string_length(v));
         break;
     case JSON_INTEGER:
         py_int(b, json_integer_value(v));
         break;
     case JSON_REAL:
-        py_float(b, json_real_value(v), false);
+        py_float(b, json_real_value(v), json);
         break;
     case JSON_TRUE:
-        ut_buf_adds(b, "True");
+        ut_buf_adds(b, json ? "true" : "True");
         break;
     case JSON_FALSE:
-        ut_buf_adds(b, "False");
+        ut_buf_adds(b, json ? "false" : "False");
         break;
     case JSON_NULL:
-        ut_buf_adds(b, "None");
+        ut_buf_adds(b, json ? "null" : "None");
         break;
     case JSON_ARRAY:
     case JSON_OBJECT:
-        py_container(b, v, false);
+        py_container(b, v, json);
         break;
     }
 }
 
-void eng__py_tojson(ut_buf *b, const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_STRING:
-        json_str(b, json_string_value(v), json_string_length(v));
-        break;
-    case JSON_INTEGER:
-        py_int(b, json_integer_value(v));
-        break;
-    case JSON_REAL:
-        py_float(b, json_real_value(v), true);
-        break;
-    case JSON_TRUE:
-        ut_buf_adds(b, "true");
-        break;
-    case JSON_FALSE:
-        ut_buf_adds(b, "false");
-        break;
-    case JSON_NULL:
-        ut_buf_adds(b, "null");
-        break;
-    case JSON_ARRAY:
-    case JSON_OBJECT:
-        py_container(b, v, true);
-        break;
-    }
-}
+void eng__py_str(ut_buf *b, const json_t *v) { py_value(b, v, false); }
+
+void eng__py_tojson(ut_buf *b, const json_t *v) { py_value(b, v, true); }
 
 bool eng__py_truthy(const json_t *v)
 {
