@@ -202,6 +202,15 @@ static void json_str(ut_buf *b, const char *s, size_t n)
 
 static void py_repr(ut_buf *b, const json_t *v);
 
+/* A value inside a container: json.dumps() writes it as JSON, str() as repr(). */
+static void py_elem(ut_buf *b, const json_t *e, bool json)
+{
+    if (json)
+        eng__py_tojson(b, e);
+    else
+        py_repr(b, e);
+}
+
 static void py_container(ut_buf *b, const json_t *v, bool json)
 {
     size_t i = 0;
@@ -211,10 +220,7 @@ static void py_container(ut_buf *b, const json_t *v, bool json)
         json_array_foreach(v, i, e) {
             if (i)
                 ut_buf_adds(b, ", ");
-            if (json)
-                eng__py_tojson(b, e);
-            else
-                py_repr(b, e);
+            py_elem(b, e, json);
         }
         ut_buf_addc(b, ']');
         return;
@@ -233,10 +239,7 @@ static void py_container(ut_buf *b, const json_t *v, bool json)
         else
             py_repr_str(b, k, klen);
         ut_buf_adds(b, ": ");
-        if (json)
-            eng__py_tojson(b, e);
-        else
-            py_repr(b, e);
+        py_elem(b, e, json);
     }
     ut_buf_addc(b, '}');
 }
