@@ -22,11 +22,8 @@
     XX(NOT_FOUND,          404, "not_found_error",       "not_found")                     \
     XX(MODEL_NOT_FOUND,    404, "invalid_request_error", "model_not_found")               \
     XX(METHOD_NOT_ALLOWED, 405, "invalid_request_error", "method_not_allowed")            \
-    XX(TIMEOUT,            408, "invalid_request_error", "request_timeout")               \
     XX(BODY_TOO_LARGE,     413, "invalid_request_error", "request_too_large")             \
-    XX(UNSUPPORTED_MEDIA,  415, "invalid_request_error", "unsupported_media_type")        \
     XX(INTERNAL,           500, "server_error",          "internal_error")                \
-    XX(NOT_IMPLEMENTED,    501, "not_implemented_error", "not_implemented")               \
     XX(LOADING,            503, "unavailable_error",     "model_loading")                 \
     XX(NO_MODEL,           503, "unavailable_error",     "no_model")                      \
     XX(BUSY,               503, "unavailable_error",     "server_busy")                   \

@@ -13,6 +13,10 @@
 
 /* ---- refusing (chat-req.c) ------------------------------------------------- */
 
+/* OpenAI's refusal of an array `param` longer than `max`; 0 when it is not. */
+int api__check_max_items(const json_t *arr, const char *param, size_t max,
+                         struct api_bad_request *bad);
+
 /* `bad` = 400 invalid_request_error for `param` (NULL: none), the message printed
  * from `fmt` and cut to whole UTF-8 characters on one line. Returns -EINVAL, so checks
  * end in `return api__refuse(...)`. */

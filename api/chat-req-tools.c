@@ -33,11 +33,8 @@ int api__check_tools(const json_t *tools, struct api_bad_request *bad)
     char p[96];
     if (!json_is_array(tools))
         return api__wrong_type(bad, "tools", "an array", tools);
-    if (json_array_size(tools) > API_CHAT_MAX_TOOLS)
-        return api__refuse(bad, "tools", "Invalid 'tools': array too long. Expected an array with "
-                                         "maximum length %d, but got an array with length %zu "
-                                         "instead.",
-                           API_CHAT_MAX_TOOLS, json_array_size(tools));
+    if (api__check_max_items(tools, "tools", API_CHAT_MAX_TOOLS, bad))
+        return -EINVAL;
     size_t i;
     const json_t *t;
     json_array_foreach(tools, i, t) {

@@ -14,6 +14,7 @@
  * them through chat-req-impl.h), the sampling knobs, lengths, stop, logit_bias,
  * logprobs and stream, and api_chat_req_parse(), which decides the order. */
 #include "api/chat-req-impl.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <float.h>
@@ -28,42 +29,21 @@
 
 /* ---- refusing -------------------------------------------------------------- */
 
-/* Cut `s` back to the end of its last whole UTF-8 character: snprintf may have
- * truncated in the middle of one, and jansson refuses invalid UTF-8. */
-static void utf8_trim_tail(char *s)
+int api__check_max_items(const json_t *arr, const char *param, size_t max,
+                         struct api_bad_request *bad)
 {
-    size_t n = strlen(s), i = n;
-    while (i > 0 && ((unsigned char)s[i - 1] & 0xC0) == 0x80)
-        i--;
-    if (i == 0)
-        return;
-    unsigned char lead = (unsigned char)s[i - 1];
-    size_t need = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
-    if (n - (i - 1) < need)
-        s[i - 1] = '\0';
-}
-
-static int refuse_as(struct api_bad_request *bad, enum api_error e, const char *param,
-                     const char *fmt, va_list ap) __attribute__((format(printf, 4, 0)));
-static int refuse_as(struct api_bad_request *bad, enum api_error e, const char *param,
-                     const char *fmt, va_list ap)
-{
-    bad->error = e;
-    snprintf(bad->param, sizeof bad->param, "%s", param ? param : "");
-    utf8_trim_tail(bad->param);
-    vsnprintf(bad->message, sizeof bad->message, fmt, ap);
-    utf8_trim_tail(bad->message);
-    for (char *c = bad->message; *c; c++) /* one line, even when it quotes input */
-        if ((unsigned char)*c < ' ')
-            *c = ' ';
-    return -EINVAL;
+    if (json_array_size(arr) <= max)
+        return 0;
+    return api__refuse(bad, param, "Invalid '%s': array too long. Expected an array with maximum "
+                                   "length %zu, but got an array with length %zu instead.",
+                       param, max, json_array_size(arr));
 }
 
 int api__refuse(struct api_bad_request *bad, const char *param, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    refuse_as(bad, API_ERR_BAD_REQUEST, param, fmt, ap);
+    api_vrefuse(bad, API_ERR_BAD_REQUEST, param, fmt, ap);
     va_end(ap);
     return -EINVAL;
 }
@@ -253,11 +233,8 @@ static int check_stop(const json_t *body, struct api_chat_req *r, struct api_bad
     }
     if (!json_is_array(stop))
         return api__wrong_type(bad, "stop", "a string or an array of strings", stop);
-    if (json_array_size(stop) > API_CHAT_MAX_STOP)
-        return api__refuse(bad, "stop", "Invalid 'stop': array too long. Expected an array with "
-                                        "maximum length %d, but got an array with length %zu "
-                                        "instead.",
-                           API_CHAT_MAX_STOP, json_array_size(stop));
+    if (api__check_max_items(stop, "stop", UT_MAX_STOP, bad))
+        return -EINVAL;
     size_t i;
     const json_t *s;
     json_array_foreach(stop, i, s) {
@@ -357,9 +334,7 @@ static uint64_t random_seed(void)
     if (getrandom(&s, sizeof s, GRND_NONBLOCK) == (ssize_t)sizeof s)
         return s;
     /* No entropy yet (early boot): a clock-based seed is still a fresh one. */
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    s = (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec ^ (uint64_t)(uintptr_t)&ts;
+    s = ut_now_ns() ^ (uint64_t)(uintptr_t)&s;
     s ^= s >> 31;
     s *= 0x9E3779B97F4A7C15u;
     return s ^ (s >> 29);
@@ -440,7 +415,7 @@ static int check_logprobs(const json_t *body, struct api_chat_req *r,
     long long k = 0;
     bool given;
     if (api__get_bool(body, "logprobs", "logprobs", &r->logprobs, bad) ||
-        get_integer(body, "top_logprobs", 0, API_CHAT_MAX_TOP_LOGPROBS, &k, &given, bad))
+        get_integer(body, "top_logprobs", 0, UT_MAX_TOP_LOGPROBS, &k, &given, bad))
         return -EINVAL;
     if (given && !r->logprobs)
         return api__refuse(bad, "top_logprobs", "Invalid 'top_logprobs': it requires 'logprobs' to "
@@ -565,13 +540,10 @@ int api_chat_req_check_model(const char *model, const char *served_id,
     for (size_t i = 0; model && i < n_aliases; i++)
         if (aliases[i] && strcmp(model, aliases[i]) == 0)
             return 0;
-    bad->error = API_ERR_MODEL_NOT_FOUND;
-    snprintf(bad->param, sizeof bad->param, "model");
-    snprintf(bad->message, sizeof bad->message,
-             "The model '%s' does not exist or you do not have access to it (GET /v1/models "
-             "lists the models).",
-             api__quoted(model ? model : "").s);
-    utf8_trim_tail(bad->message);
+    api_refuse(bad, API_ERR_MODEL_NOT_FOUND, "model",
+               "The model '%s' does not exist or you do not have access to it (GET /v1/models "
+               "lists the models).",
+               api__quoted(model ? model : "").s);
     return -ENOENT;
 }
 

@@ -19,14 +19,13 @@
 #include "api/text.h"            /* struct api_bad_request */
 #include "engine/template.h"
 #include "engine/gen.h"
+#include "util/defaults.h"
 
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#define API_CHAT_MAX_STOP 4          /* OpenAI: up to 4 stop sequences */
-#define API_CHAT_MAX_TOP_LOGPROBS 20 /* OpenAI: top_logprobs 0..20 */
 #define API_CHAT_MAX_TOOLS 128       /* OpenAI: up to 128 functions */
 
 /* What the request is checked against. */
@@ -70,7 +69,7 @@ struct api_chat_req {
     struct eng_sampling sampling;
     bool has_seed;              /* false: sampling.seed is a fresh random number */
 
-    struct api_chat_stop stop[API_CHAT_MAX_STOP];
+    struct api_chat_stop stop[UT_MAX_STOP];
     int n_stop;
 
     bool logprobs;

@@ -205,7 +205,7 @@ struct api_device_error {
 };
 
 /* {"error":{"message", "type":"device_error", "param":null, "code":"<ert_name in
- * lower case>" (eng_ert_code()'s value, e.g. "ert_cmd_state_timeout";
+ * lower case>" (e.g. "ert_cmd_state_timeout";
  * "device_error" without a name), "ert_state", "phase", "chunk_index",
  * "chunk_count", "layer_first", "layer_last", "token_pos", "elapsed_ms", "device",
  * "attempts"}}. Status: 503 + Retry-After when the device was reset and serves

@@ -6,15 +6,11 @@
 #include "api/chat-run.h"
 
 #include "engine/outparse.h"
+#include "util/buf.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-struct text {
-    char *s;
-    size_t len, cap;
-};
 
 struct tool {
     char id[API_TOOL_CALL_ID_SIZE];
@@ -40,32 +36,14 @@ struct api_chat_run {
     struct eng_delta_list deltas;
     bool in_reasoning;
     int32_t reasoning_tokens;
-    struct text content, reasoning;
+    ut_buf content, reasoning;
     struct tool *tools;
-    size_t n_tools;
+    size_t n_tools, cap_tools;
     struct lp *lps;              /* non-stream: all; stream: not yet sent */
     size_t n_lps, cap_lps;
 };
 
-/* ---- small owned buffers ------------------------------------------------------ */
-
-static int text_add(struct text *t, const char *s, size_t n)
-{
-    if (t->len + n + 1 > t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 256;
-        while (cap < t->len + n + 1)
-            cap *= 2;
-        char *p = realloc(t->s, cap);
-        if (!p)
-            return -ENOMEM;
-        t->s = p;
-        t->cap = cap;
-    }
-    memcpy(t->s + t->len, s, n);
-    t->len += n;
-    t->s[t->len] = '\0';
-    return 0;
-}
+/* ---- owned memory ---------------------------------------------------------------- */
 
 static void lps_clear(struct api_chat_run *c)
 {
@@ -108,8 +86,8 @@ void api_chat_run_free(api_chat_run *c)
         free(c->tools[i].args);
     }
     free(c->tools);
-    free(c->content.s);
-    free(c->reasoning.s);
+    ut_buf_free(&c->content);
+    ut_buf_free(&c->reasoning);
     eng_delta_list_clear(&c->deltas);
     eng_outparse_free(c->op);
     free(c);
@@ -148,11 +126,9 @@ void api_chat_run_start(api_chat_run *c)
 
 static int keep_tool(struct api_chat_run *c, const struct eng_delta *d)
 {
-    struct tool *t = realloc(c->tools, (c->n_tools + 1) * sizeof *t);
-    if (!t)
+    if (ut_grow((void **)&c->tools, &c->cap_tools, c->n_tools + 1, sizeof *c->tools, 4) != 0)
         return -ENOMEM;
-    c->tools = t;
-    t += c->n_tools;
+    struct tool *t = &c->tools[c->n_tools];
     api_tool_call_id(t->id);
     t->name = strdup(d->name ? d->name : "");
     t->args = strdup(d->arguments ? d->arguments : "{}");
@@ -180,9 +156,9 @@ static void flush_deltas(struct api_chat_run *c)
             continue;
         if (!c->req->stream) {
             if (d->kind == ENG_DELTA_CONTENT)
-                text_add(&c->content, d->text, strlen(d->text));
+                ut_buf_adds(&c->content, d->text);
             else if (d->kind == ENG_DELTA_REASONING)
-                text_add(&c->reasoning, d->text, strlen(d->text));
+                ut_buf_adds(&c->reasoning, d->text);
             continue;
         }
         struct api_chat_delta cd = {0};
@@ -227,14 +203,8 @@ static char *token_text(const eng_tokenizer *tok, int32_t id, size_t *len)
 
 static void keep_logprob(struct api_chat_run *c, const struct eng_token_event *t)
 {
-    if (c->n_lps == c->cap_lps) {
-        size_t cap = c->cap_lps ? c->cap_lps * 2 : 16;
-        struct lp *p = realloc(c->lps, cap * sizeof *p);
-        if (!p)
-            return;
-        c->lps = p;
-        c->cap_lps = cap;
-    }
+    if (ut_grow((void **)&c->lps, &c->cap_lps, c->n_lps + 1, sizeof *c->lps, 16) != 0)
+        return;
     struct lp *l = &c->lps[c->n_lps];
     l->token = token_text(c->tok, t->id, &l->len);
     l->top = t->n_top ? calloc((size_t)t->n_top, sizeof *l->top) : NULL;
@@ -298,8 +268,8 @@ static void finish_message(struct api_chat_run *c, enum api_finish_reason fr,
         tc[i] = (struct api_tool_call){c->tools[i].id, c->tools[i].name, c->tools[i].args};
     struct api_token_logprob *lp = pending_logprobs(c);
     struct api_chat_result r = {
-        .content = c->content.s,
-        .reasoning = c->reasoning.s,
+        .content = c->content.p,
+        .reasoning = c->reasoning.p,
         .tool_calls = tc,
         .n_tool_calls = tc ? c->n_tools : 0,
         .finish = fr,

@@ -6,34 +6,62 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int refuse(struct api_bad_request *bad, enum api_error e, const char *param,
-                  const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* ---- refusing -------------------------------------------------------------- */
 
-static int refuse(struct api_bad_request *bad, enum api_error e, const char *param,
-                  const char *fmt, ...)
+/* Cut `s` back to the end of its last whole UTF-8 character: snprintf may have
+ * truncated in the middle of one, and jansson refuses invalid UTF-8. */
+static void utf8_trim_tail(char *s)
+{
+    size_t n = strlen(s), i = n;
+    while (i > 0 && ((unsigned char)s[i - 1] & 0xC0) == 0x80)
+        i--;
+    if (i == 0)
+        return;
+    unsigned char lead = (unsigned char)s[i - 1];
+    size_t need = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    if (n - (i - 1) < need)
+        s[i - 1] = '\0';
+}
+
+int api_vrefuse(struct api_bad_request *bad, enum api_error e, const char *param,
+                const char *fmt, va_list ap)
 {
     bad->error = e;
     snprintf(bad->param, sizeof bad->param, "%s", param ? param : "");
+    utf8_trim_tail(bad->param);
+    vsnprintf(bad->message, sizeof bad->message, fmt, ap);
+    utf8_trim_tail(bad->message);
+    for (char *c = bad->message; *c; c++) /* one line, even when it quotes input */
+        if ((unsigned char)*c < ' ')
+            *c = ' ';
+    return -EINVAL;
+}
+
+int api_refuse(struct api_bad_request *bad, enum api_error e, const char *param,
+               const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(bad->message, sizeof bad->message, fmt, ap);
+    api_vrefuse(bad, e, param, fmt, ap);
     va_end(ap);
     return -EINVAL;
 }
+
+/* ---- bodies ----------------------------------------------------------------- */
 
 json_t *api_parse_object(const char *body, size_t len, struct api_bad_request *bad)
 {
     json_error_t e;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &e);
     if (!root) {
-        refuse(bad, API_ERR_INVALID_JSON, NULL, "request body is not valid JSON: %s (line %d, "
+        api_refuse(bad, API_ERR_INVALID_JSON, NULL, "request body is not valid JSON: %s (line %d, "
                                                 "column %d)",
                e.text, e.line, e.column);
         return NULL;
     }
     if (!json_is_object(root)) {
         json_decref(root);
-        refuse(bad, API_ERR_BAD_REQUEST, NULL, "request body must be a JSON object");
+        api_refuse(bad, API_ERR_BAD_REQUEST, NULL, "request body must be a JSON object");
         return NULL;
     }
     return root;
@@ -49,7 +77,7 @@ static int opt_bool(const json_t *root, const char *key, bool def, bool *out,
         return 0;
     }
     if (!json_is_boolean(v))
-        return refuse(bad, API_ERR_BAD_REQUEST, key, "'%s' must be a boolean", key);
+        return api_refuse(bad, API_ERR_BAD_REQUEST, key, "'%s' must be a boolean", key);
     *out = json_is_true(v);
     return 0;
 }
@@ -59,7 +87,7 @@ int api_tokenize_parse(const json_t *root, struct api_tokenize_req *req,
 {
     json_t *c = json_object_get(root, "content");
     if (!json_is_string(c))
-        return refuse(bad, API_ERR_BAD_REQUEST, "content",
+        return api_refuse(bad, API_ERR_BAD_REQUEST, "content",
                       c ? "'content' must be a string" : "'content' is required");
     req->content = json_string_value(c);
     req->content_len = json_string_length(c);
@@ -113,12 +141,12 @@ int api_detokenize_parse(const json_t *root, int32_t n_vocab, int32_t **ids, siz
 {
     json_t *arr = json_object_get(root, "tokens");
     if (!json_is_array(arr))
-        return refuse(bad, API_ERR_BAD_REQUEST, "tokens",
+        return api_refuse(bad, API_ERR_BAD_REQUEST, "tokens",
                       arr ? "'tokens' must be an array of token ids" : "'tokens' is required");
     size_t count = json_array_size(arr);
     int32_t *out = malloc((count ? count : 1) * sizeof *out);
     if (!out)
-        return refuse(bad, API_ERR_INTERNAL, NULL, "out of memory");
+        return api_refuse(bad, API_ERR_INTERNAL, NULL, "out of memory");
     for (size_t i = 0; i < count; i++) {
         json_t *v = json_array_get(arr, i);
         json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
@@ -126,7 +154,7 @@ int api_detokenize_parse(const json_t *root, int32_t n_vocab, int32_t **ids, siz
             free(out);
             char param[64];
             snprintf(param, sizeof param, "tokens[%zu]", i);
-            return refuse(bad, API_ERR_BAD_REQUEST, param,
+            return api_refuse(bad, API_ERR_BAD_REQUEST, param,
                           "'%s' must be a token id between 0 and %d", param, n_vocab - 1);
         }
         out[i] = (int32_t)id;

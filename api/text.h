@@ -7,6 +7,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -16,6 +17,14 @@ struct api_bad_request {
     char message[256];
     char param[128];
 };
+
+/* Fill `bad`: error `e`, the field's JSON path `param` (NULL: none) and a message
+ * from `fmt`, cut to whole UTF-8 characters on one line (it may quote input).
+ * Returns -EINVAL, so a check can end in `return api_refuse(...)`. */
+int api_refuse(struct api_bad_request *bad, enum api_error e, const char *param,
+               const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+int api_vrefuse(struct api_bad_request *bad, enum api_error e, const char *param,
+                const char *fmt, va_list ap) __attribute__((format(printf, 4, 0)));
 
 /* Parse a JSON object body. Returns the object (caller decrefs) or NULL with `bad`
  * filled (invalid JSON, or not an object). */

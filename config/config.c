@@ -7,6 +7,7 @@
  * loading with one line that names where it came from.
  */
 #include "config/internal.h"
+#include "util/msg.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -92,14 +93,10 @@ static int fail(struct loader *ld, const char *fmt, ...)
 __attribute__((format(printf, 2, 3)))
 static void warnf(struct loader *ld, const char *fmt, ...)
 {
-    char msg[1024];
     va_list ap;
-    if (!ld->warn)
-        return;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    ut_vmsgf(ld->warn, ld->warn_ud, fmt, ap);
     va_end(ap);
-    ld->warn(ld->warn_ud, msg);
 }
 
 static int oom(struct loader *ld)

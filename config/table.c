@@ -3,6 +3,7 @@
  * effective-config dump all follow from the row.
  */
 #include "config/internal.h"
+#include "util/defaults.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,12 +94,14 @@ const struct cfg__entry cfg__table[CFG__N_ENTRIES] = {
                          .metavar = "DIR", .help = "where learned settings are kept",
                          .def_help = "$STATE_DIRECTORY, $XDG_STATE_HOME/minicpmd, "
                                      "~/.local/state/minicpmd or /var/lib/minicpmd"),
-    ROW(PREFILL_CHUNK) = INT("prefill-chunk", prefill_chunk, 1, 512, 512, .metavar = "N",
+    ROW(PREFILL_CHUNK) = INT("prefill-chunk", prefill_chunk, 1, UT_MAX_BATCH,
+                             UT_PREFILL_CHUNK_DEFAULT, .metavar = "N",
                              .help = "prompt tokens per prefill step (one batch)"),
     ROW(PROMPT_CACHE) = BOOL("prompt-cache", prompt_cache, true,
                              .help = "reuse the KV cache of the longest prefix a prompt shares "
                                      "with the previous request's tokens"),
-    ROW(RUNLIST_RETRIES) = INT("runlist-retries", runlist_retries, 0, 16, 4, .metavar = "N",
+    ROW(RUNLIST_RETRIES) = INT("runlist-retries", runlist_retries, 0, 16,
+                               UT_RUNLIST_RETRIES_DEFAULT, .metavar = "N",
                                .help = "runlist-layers auto: times one request may halve "
                                        "the layers per runlist after a device hang"),
     ROW(PRECISION) = ENUM("precision", precision, precision_names, CFG_PRECISION_INT8,

@@ -20,7 +20,6 @@
 #ifndef MINICPMD_ENGINE_ERT_H
 #define MINICPMD_ENGINE_ERT_H
 
-#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -52,10 +51,6 @@ bool eng_ert_is_success(int state);
  * "runlist failed execution (…)". "ERT_CMD_STATE_UNKNOWN" for a value outside
  * 1..11 (XRT itself prints "out of range"). Never NULL; static storage. */
 const char *eng_ert_name(int state);
-
-/* The API error code: the name in lower case, e.g. "ert_cmd_state_timeout"
- * ("ert_cmd_state_unknown" outside 1..11). Never NULL; static storage. */
-const char *eng_ert_code(int state);
 
 /* Parse a state written as its short name ("TIMEOUT"), the full enum name
  * ("ERT_CMD_STATE_TIMEOUT") or the API code ("ert_cmd_state_timeout"), in any
@@ -105,18 +100,6 @@ void eng_device_error_init(struct eng_device_error *e, enum eng_ert_state state,
 
 /* Copy `name` into e->device (truncated to fit, always terminated). */
 void eng_device_error_set_device(struct eng_device_error *e, const char *name);
-
-/* The error as a JSON object (a new reference; NULL only when out of memory):
- *
- *   {"ert_state": 8, "ert_state_name": "ERT_CMD_STATE_TIMEOUT",
- *    "phase": "decode", "chunk_index": 0, "chunk_count": 2,
- *    "layer_begin": 0, "layer_end": 21, "token_pos": 57, "n_tokens": 1,
- *    "elapsed_ms": 2003.4, "device": "sim", "attempts": 1}
- *
- * plus "failed_layer" when it is >= 0, and "prefill_chunk_index" /
- * "prefill_chunk_count" in the prefill phase. The API error's "code" is
- * eng_ert_code(state); these fields go beside it. */
-json_t *eng_device_error_to_json(const struct eng_device_error *e);
 
 /* One line for humans, e.g. "device sim: runlist ended in ERT_CMD_STATE_TIMEOUT
  * (decode, runlist 1 of 2, layers 0-20, token position 57, after 2003 ms,

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "engine/ert.h"
+#include "util/defaults.h"   /* UT_MAX_STOP, UT_MAX_TOP_LOGPROBS */
 
 /* ---- sampling ------------------------------------------------------------------
  * The knobs of the sampler chain (engine/worker/sample.h says the order). */
@@ -50,9 +51,7 @@ struct eng_top_logprob {
     float logprob;
 };
 
-#define ENG_GEN_MAX_STOP 4          /* stop strings per request (OpenAI's limit) */
 #define ENG_GEN_MAX_STOP_IDS 16     /* stop ids per request */
-#define ENG_GEN_MAX_TOP_LOGPROBS 20 /* eng_logprobs' limit */
 
 /* ---- requests ------------------------------------------------------------------
  *
@@ -77,10 +76,10 @@ struct eng_gen_params {
     const int32_t *stop_ids;    /* ids that end generation (eng_pack_stop_ids);
                                    never emitted as text; copied */
     int n_stop_ids;             /* 0 .. ENG_GEN_MAX_STOP_IDS */
-    const char *stop[ENG_GEN_MAX_STOP]; /* stop strings (NUL-terminated); copied */
-    int n_stop;                 /* 0 .. ENG_GEN_MAX_STOP */
+    const char *stop[UT_MAX_STOP]; /* stop strings (NUL-terminated); copied */
+    int n_stop;                 /* 0 .. UT_MAX_STOP */
     bool logprobs;              /* report each token's logprob */
-    int top_logprobs;           /* 0 .. ENG_GEN_MAX_TOP_LOGPROBS (with logprobs) */
+    int top_logprobs;           /* 0 .. UT_MAX_TOP_LOGPROBS (with logprobs) */
     void *user;                 /* handed back in every event; never dereferenced */
 };
 
@@ -119,8 +118,6 @@ enum eng_finish {
     ENG_FINISH_CANCELLED,       /* eng_gen_req_cancel, or the worker shut down */
 };
 
-/* "stop", "length", "cancelled". */
-const char *eng_finish_name(enum eng_finish f);
 
 struct eng_token_event {
     int32_t id;

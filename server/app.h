@@ -3,6 +3,7 @@
 #define MINICPMD_SERVER_APP_H
 
 #include "api/api.h"
+#include "api/chat-req.h"
 #include "config/config.h"
 #include "engine/engine.h"
 #include "server/http.h"
@@ -29,6 +30,16 @@ struct srv_app {
 /* Answers 503 (loading, with Retry-After, or no model) and returns true when no
  * model is ready to serve a generation or tokenizer route. server/handlers.c */
 bool srv_app_refuse_unready(const struct srv_app *app, struct srv_response *resp);
+
+/* The request body as a JSON object, or NULL with `resp` answered (400). */
+json_t *srv_request_json(srv_request *req, struct srv_response *resp);
+
+/* `resp` answers what api/'s parser refused (status from api's table). */
+void srv_response_bad(struct srv_response *resp, const struct api_bad_request *bad);
+
+/* What a chat request is checked against: the model's vocabulary and sampling
+ * defaults; template_only for /apply-template. The model must be ready. */
+struct api_chat_limits srv_app_chat_limits(const struct srv_app *app, bool template_only);
 
 /* server/text.c */
 int srv_h_tokenize(srv_request *req, struct srv_response *resp);

@@ -153,7 +153,7 @@ struct ev {
     enum eng_event_kind kind;
     struct eng_token_event token;   /* text and top copied */
     char *text;
-    struct eng_top_logprob top[ENG_GEN_MAX_TOP_LOGPROBS];
+    struct eng_top_logprob top[UT_MAX_TOP_LOGPROBS];
     struct eng_done_event done;
     struct eng_error_event error;
 };
@@ -198,7 +198,7 @@ void srv_chat_emit(void *ctx, const struct eng_event *e)
     size_t len = 0;
     if (e->kind == ENG_EVENT_TOKEN) {
         ev->token = e->token;
-        int n = e->token.n_top < ENG_GEN_MAX_TOP_LOGPROBS ? e->token.n_top : ENG_GEN_MAX_TOP_LOGPROBS;
+        int n = e->token.n_top < UT_MAX_TOP_LOGPROBS ? e->token.n_top : UT_MAX_TOP_LOGPROBS;
         if (n > 0)
             memcpy(ev->top, e->token.top, (size_t)n * sizeof *ev->top);
         ev->token.top = ev->top;
@@ -261,7 +261,7 @@ static void submit(struct chat *c)
         .user = c,
     };
     p.n_stop_ids = eng_engine_stop_ids(app->eng, &p.stop_ids);
-    char stops[API_CHAT_MAX_STOP][256];
+    char stops[UT_MAX_STOP][256];
     for (int i = 0; i < r->n_stop; i++) {
         snprintf(stops[i], sizeof stops[i], "%.*s", (int)r->stop[i].len, r->stop[i].text);
         p.stop[i] = stops[i];
@@ -315,16 +315,11 @@ int srv_h_chat_completions(srv_request *req, struct srv_response *resp)
     struct srv_app *app = srv_request_app(req);
     if (srv_app_refuse_unready(app, resp))
         return 0;
-    struct api_bad_request bad;
-    size_t len;
-    const char *body = srv_request_body(req, &len);
-    json_t *root = api_parse_object(body, len, &bad);
-    if (!root) {
-        srv_response_error(resp, bad.error, NULL, "%s", bad.message);
+    json_t *root = srv_request_json(req, resp);
+    if (!root)
         return 0;
-    }
-    struct api_chat_limits lim = {eng_pack_get_info(eng_engine_pack(app->eng))->hp.n_vocab,
-                                  eng_engine_sampling(app->eng), false};
+    struct api_bad_request bad;
+    struct api_chat_limits lim = srv_app_chat_limits(app, false);
     struct api_chat_req *creq = NULL;
     int rc = api_chat_req_parse(root, &lim, &creq, &bad);
     json_decref(root);
@@ -332,7 +327,7 @@ int srv_h_chat_completions(srv_request *req, struct srv_response *resp)
         rc = -1;
     if (rc != 0) {
         api_chat_req_free(creq);
-        srv_response_error(resp, bad.error, bad.param[0] ? bad.param : NULL, "%s", bad.message);
+        srv_response_bad(resp, &bad);
         return 0;
     }
     struct chat *c = calloc(1, sizeof *c);

@@ -64,6 +64,31 @@ bool srv_app_refuse_unready(const struct srv_app *app, struct srv_response *resp
     return true;
 }
 
+json_t *srv_request_json(srv_request *req, struct srv_response *resp)
+{
+    struct api_bad_request bad;
+    size_t len;
+    const char *body = srv_request_body(req, &len);
+    json_t *root = api_parse_object(body, len, &bad);
+    if (!root)
+        srv_response_bad(resp, &bad);
+    return root;
+}
+
+void srv_response_bad(struct srv_response *resp, const struct api_bad_request *bad)
+{
+    srv_response_error(resp, bad->error, bad->param[0] ? bad->param : NULL, "%s", bad->message);
+}
+
+struct api_chat_limits srv_app_chat_limits(const struct srv_app *app, bool template_only)
+{
+    return (struct api_chat_limits){
+        .n_vocab = eng_pack_get_info(eng_engine_pack(app->eng))->hp.n_vocab,
+        .defaults = eng_engine_sampling(app->eng),
+        .template_only = template_only,
+    };
+}
+
 static int h_health(srv_request *req, struct srv_response *resp)
 {
     struct srv_app *app = app_of(req);

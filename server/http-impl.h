@@ -4,6 +4,7 @@
 #define MINICPMD_SERVER_HTTP_IMPL_H
 
 #include "server/http.h"
+#include "util/buf.h"
 
 #include <microhttpd.h>
 #include <stdbool.h>
@@ -48,8 +49,7 @@ struct srv_request {
     const struct srv_route *route;
     const char *param;           /* into path */
     const char *route_name;      /* metrics label */
-    char *body;
-    size_t body_len, body_cap;
+    ut_buf body;                 /* what came so far, NUL-terminated */
     uint64_t discarded;          /* body bytes dropped after the limit */
     uint64_t start_ns;
     int status;                  /* what we answered; 0 = nothing yet */

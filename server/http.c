@@ -17,6 +17,7 @@
 #include "server/log.h"
 #include "server/metrics.h"
 #include "server/security.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -35,17 +36,8 @@
 static void on_timer(uv_timer_t *t);
 static void request_unref(srv_request *req);
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* ---- request accessors --------------------------------------------------- */
 
-const char *srv_request_method(const srv_request *r) { return r->method; }
-const char *srv_request_path(const srv_request *r) { return r->path; }
 const char *srv_request_param(const srv_request *r) { return r->param; }
 void *srv_request_app(const srv_request *r) { return r->http->cfg.app; }
 
@@ -57,8 +49,8 @@ const char *srv_request_header(const srv_request *r, const char *name)
 const char *srv_request_body(const srv_request *r, size_t *len)
 {
     if (len)
-        *len = r->body_len;
-    return r->body ? r->body : "";
+        *len = r->body.n;
+    return r->body.p ? r->body.p : "";
 }
 
 /* ---- responses ----------------------------------------------------------- */
@@ -73,19 +65,27 @@ void srv_response_header(struct srv_response *resp, const char *name, const char
     }
 }
 
-void srv_response_error(struct srv_response *resp, enum api_error e, const char *param,
-                        const char *fmt, ...)
+static void response_verror(struct srv_response *resp, enum api_error e, const char *param,
+                            const char *fmt, va_list ap) __attribute__((format(printf, 4, 0)));
+static void response_verror(struct srv_response *resp, enum api_error e, const char *param,
+                            const char *fmt, va_list ap)
 {
     char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     free(resp->body);
     resp->body = api_error_body(e, msg, param);
     resp->body_len = 0;
     resp->status = api_error_status(e);
     resp->content_type = "application/json";
+}
+
+void srv_response_error(struct srv_response *resp, enum api_error e, const char *param,
+                        const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    response_verror(resp, e, param, fmt, ap);
+    va_end(ap);
 }
 
 /* The CORS headers of an actual (non-preflight) response. */
@@ -165,13 +165,11 @@ static enum MHD_Result respond_error(srv_request *req, enum api_error e, const c
 
 static enum MHD_Result respond_error(srv_request *req, enum api_error e, const char *fmt, ...)
 {
-    char msg[1024];
+    struct srv_response resp = {0};
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    response_verror(&resp, e, NULL, fmt, ap);
     va_end(ap);
-    struct srv_response resp = {0};
-    srv_response_error(&resp, e, NULL, "%s", msg);
     return respond(req, &resp);
 }
 
@@ -218,8 +216,6 @@ static void cancel(srv_request *req)
     if (req->on_cancel)
         req->on_cancel(req->cancel_ud);
 }
-
-bool srv_request_cancelled(const srv_request *r) { return r->cancelled; }
 
 void srv_request_defer(srv_request *r, srv_cancel_fn on_cancel, void *ud)
 {
@@ -357,7 +353,7 @@ static enum MHD_Result on_headers(srv_request *req)
 static enum MHD_Result on_body(srv_request *req, const char *data, size_t size)
 {
     size_t max = req->http->cfg.max_body_bytes;
-    if (req->body_too_large || req->body_len + size > max) {
+    if (req->body_too_large || req->body.n + size > max) {
         req->body_too_large = true;
         req->discarded += size;
         if (req->discarded > (uint64_t)max + (64u << 20)) {
@@ -366,22 +362,7 @@ static enum MHD_Result on_body(srv_request *req, const char *data, size_t size)
         }
         return MHD_YES;
     }
-    if (req->body_len + size + 1 > req->body_cap) {
-        size_t cap = req->body_cap ? req->body_cap : 4096;
-        while (cap < req->body_len + size + 1)
-            cap *= 2;
-        if (cap > max + 1)
-            cap = max + 1;
-        char *p = realloc(req->body, cap);
-        if (!p)
-            return MHD_NO;
-        req->body = p;
-        req->body_cap = cap;
-    }
-    memcpy(req->body + req->body_len, data, size);
-    req->body_len += size;
-    req->body[req->body_len] = '\0';
-    return MHD_YES;
+    return ut_buf_add(&req->body, data, size) == 0 ? MHD_YES : MHD_NO;
 }
 
 /* The whole request is in: run the handler. */
@@ -419,7 +400,7 @@ static srv_request *request_new(srv_http *h, struct MHD_Connection *conn, const 
     req->http = h;
     req->conn = conn;
     req->refs = 1;
-    req->start_ns = now_ns();
+    req->start_ns = ut_now_ns();
     req->route_name = "other";
     snprintf(req->method, sizeof req->method, "%s", method);
     /* An absolute-form target (RFC 9112 §3.2.2) names the path after the authority. */
@@ -446,7 +427,7 @@ static void request_unref(srv_request *req)
         MHD_destroy_response(req->pending_stream);
     free(req->pending.body);
     free(req->early.body);
-    free(req->body);
+    ut_buf_free(&req->body);
     free(req->path);
     free(req);
 }
@@ -505,7 +486,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         return;
     *con_cls = NULL;
     h->inflight--;
-    double secs = (double)(now_ns() - req->start_ns) / 1e9;
+    double secs = (double)(ut_now_ns() - req->start_ns) / 1e9;
     /* A request that died before an answer is counted as 499 (client closed), the
      * nginx convention, so dashboards see it. */
     int status = req->status ? req->status : 499;

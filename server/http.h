@@ -85,7 +85,6 @@ void srv_response_header(struct srv_response *resp, const char *name, const char
 typedef void (*srv_cancel_fn)(void *ud);
 void srv_request_defer(srv_request *r, srv_cancel_fn on_cancel, void *ud);
 void srv_request_complete(srv_request *r, struct srv_response *resp);
-bool srv_request_cancelled(const srv_request *r);
 
 /* ---- streamed answers ---------------------------------------------------------
  *
@@ -104,15 +103,12 @@ typedef struct srv_stream srv_stream;
 srv_stream *srv_request_stream(srv_request *r, int status, const char *content_type,
                                size_t limit);
 int srv_stream_write(srv_stream *s, const char *data, size_t len);
-size_t srv_stream_buffered(const srv_stream *s);
 void srv_stream_end(srv_stream *s);
 
 /* Fill `resp` with an OpenAI error object for `e`; the message is printf-style. */
 void srv_response_error(struct srv_response *resp, enum api_error e, const char *param,
                         const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
-const char *srv_request_method(const srv_request *r);
-const char *srv_request_path(const srv_request *r);
 const char *srv_request_param(const srv_request *r);    /* the route's {id}, or NULL */
 const char *srv_request_header(const srv_request *r, const char *name);
 const char *srv_request_body(const srv_request *r, size_t *len);

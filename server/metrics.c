@@ -2,6 +2,7 @@
 
 #include "api/api.h"
 #include "minicpmd-build.h"
+#include "util/buf.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -52,20 +53,6 @@ void srv_metrics_free(srv_metrics *m)
     free(m);
 }
 
-/* Grow `*arr` of `*cap` elements of `size` bytes to hold one more. */
-static int grow(void **arr, size_t *cap, size_t n, size_t size)
-{
-    if (n < *cap)
-        return 0;
-    size_t ncap = *cap ? *cap * 2 : 16;
-    void *p = realloc(*arr, ncap * size);
-    if (!p)
-        return -1;
-    *arr = p;
-    *cap = ncap;
-    return 0;
-}
-
 void srv_metrics_record(srv_metrics *m, const char *route, int status, double seconds)
 {
     size_t i;
@@ -73,7 +60,8 @@ void srv_metrics_record(srv_metrics *m, const char *route, int status, double se
         if (m->series[i].status == status && strcmp(m->series[i].route, route) == 0)
             break;
     if (i == m->n_series) {
-        if (grow((void **)&m->series, &m->cap_series, m->n_series, sizeof *m->series) != 0)
+        if (ut_grow((void **)&m->series, &m->cap_series, m->n_series + 1, sizeof *m->series,
+                    16) != 0)
             return; /* out of memory: lose a sample rather than the request */
         m->series[m->n_series++] = (struct series){route, status, 0};
     }
@@ -83,7 +71,7 @@ void srv_metrics_record(srv_metrics *m, const char *route, int status, double se
         if (strcmp(m->hist[i].route, route) == 0)
             break;
     if (i == m->n_hist) {
-        if (grow((void **)&m->hist, &m->cap_hist, m->n_hist, sizeof *m->hist) != 0)
+        if (ut_grow((void **)&m->hist, &m->cap_hist, m->n_hist + 1, sizeof *m->hist, 16) != 0)
             return;
         m->hist[m->n_hist++] = (struct route_hist){.route = route};
     }
@@ -95,53 +83,16 @@ void srv_metrics_record(srv_metrics *m, const char *route, int status, double se
     h->sum += seconds;
 }
 
-/* A growing string buffer; on allocation failure it stays failed. */
-struct buf {
-    char *s;
-    size_t len, cap;
-    int failed;
-};
-
-static void bprintf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void bprintf(struct buf *b, const char *fmt, ...)
-{
-    if (b->failed)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->failed = 1;
-            return;
-        }
-        if (b->s && b->len + (size_t)n < b->cap) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t ncap = (b->cap ? b->cap * 2 : 4096) + (size_t)n;
-        char *p = realloc(b->s, ncap);
-        if (!p) {
-            b->failed = 1;
-            return;
-        }
-        b->s = p;
-        b->cap = ncap;
-    }
-}
-
 /* Label values are route strings and ids from config; escape per the format. */
-static void blabel(struct buf *b, const char *v)
+static void blabel(ut_buf *b, const char *v)
 {
     for (; *v; v++) {
         if (*v == '\\' || *v == '"')
-            bprintf(b, "\\%c", *v);
+            ut_buf_printf(b, "\\%c", *v);
         else if (*v == '\n')
-            bprintf(b, "\\n");
+            ut_buf_printf(b, "\\n");
         else
-            bprintf(b, "%c", *v);
+            ut_buf_printf(b, "%c", *v);
     }
 }
 
@@ -152,9 +103,9 @@ static const char *const state_names[] = {
 };
 
 /* The generation worker: what an operator reads when an NPU misbehaves (README). */
-static void render_worker(struct buf *b, const struct eng_worker_stats *w)
+static void render_worker(ut_buf *b, const struct eng_worker_stats *w)
 {
-    bprintf(b, "# HELP minicpmd_worker_busy 1 while a generation request runs on the device.\n"
+    ut_buf_printf(b, "# HELP minicpmd_worker_busy 1 while a generation request runs on the device.\n"
                "# TYPE minicpmd_worker_busy gauge\n"
                "minicpmd_worker_busy %d\n"
                "# HELP minicpmd_queue_size Generation requests that may wait (--queue-size).\n"
@@ -167,16 +118,16 @@ static void render_worker(struct buf *b, const struct eng_worker_stats *w)
                "# TYPE minicpmd_model_layers gauge\n"
                "minicpmd_model_layers %d\n",
             w->busy ? 1 : 0, w->queue_size, w->current_k, w->n_layers);
-    bprintf(b, "# HELP minicpmd_generation_requests_total Generation requests by outcome.\n"
+    ut_buf_printf(b, "# HELP minicpmd_generation_requests_total Generation requests by outcome.\n"
                "# TYPE minicpmd_generation_requests_total counter\n");
     const struct { const char *name; uint64_t v; } out[] = {
         {"stop", w->finished_stop}, {"length", w->finished_length},
         {"cancelled", w->cancelled}, {"failed", w->failed}, {"rejected", w->rejected},
     };
     for (size_t i = 0; i < sizeof out / sizeof *out; i++)
-        bprintf(b, "minicpmd_generation_requests_total{outcome=\"%s\"} %llu\n", out[i].name,
+        ut_buf_printf(b, "minicpmd_generation_requests_total{outcome=\"%s\"} %llu\n", out[i].name,
                 (unsigned long long)out[i].v);
-    bprintf(b, "# HELP minicpmd_tokens_prompt_total Prompt tokens of requests that ran.\n"
+    ut_buf_printf(b, "# HELP minicpmd_tokens_prompt_total Prompt tokens of requests that ran.\n"
                "# TYPE minicpmd_tokens_prompt_total counter\n"
                "minicpmd_tokens_prompt_total %llu\n"
                "# HELP minicpmd_tokens_prompt_cached_total Of those, reused from the KV cache "
@@ -188,17 +139,17 @@ static void render_worker(struct buf *b, const struct eng_worker_stats *w)
                "minicpmd_tokens_generated_total %llu\n",
             (unsigned long long)w->tokens_in, (unsigned long long)w->tokens_cached,
             (unsigned long long)w->tokens_out);
-    bprintf(b, "# HELP minicpmd_runlists_total Runlists submitted to the device, by final ERT "
+    ut_buf_printf(b, "# HELP minicpmd_runlists_total Runlists submitted to the device, by final ERT "
                "state.\n"
                "# TYPE minicpmd_runlists_total counter\n");
     for (int s = 1; s <= ENG_ERT_LAST; s++)
-        bprintf(b, "minicpmd_runlists_total{state=\"%s\"} %llu\n", eng_ert_name(s),
+        ut_buf_printf(b, "minicpmd_runlists_total{state=\"%s\"} %llu\n", eng_ert_name(s),
                 (unsigned long long)w->runlists_by_state[s]);
-    bprintf(b, "# HELP minicpmd_device_down 1 while the last device reset failed.\n"
+    ut_buf_printf(b, "# HELP minicpmd_device_down 1 while the last device reset failed.\n"
                "# TYPE minicpmd_device_down gauge\n"
                "minicpmd_device_down %d\n",
             w->device_down ? 1 : 0);
-    bprintf(b, "# HELP minicpmd_device_resets_total Device resets after a failed runlist.\n"
+    ut_buf_printf(b, "# HELP minicpmd_device_resets_total Device resets after a failed runlist.\n"
                "# TYPE minicpmd_device_resets_total counter\n"
                "minicpmd_device_resets_total %llu\n"
                "# HELP minicpmd_runlist_k_halvings_total Times auto halved K after a hang.\n"
@@ -209,63 +160,63 @@ static void render_worker(struct buf *b, const struct eng_worker_stats *w)
 
 char *srv_metrics_render(const srv_metrics *m, const struct srv_metrics_gauges *g)
 {
-    struct buf b = {0};
-    bprintf(&b, "# HELP minicpmd_build_info Build information.\n"
+    ut_buf b = {0};
+    ut_buf_printf(&b, "# HELP minicpmd_build_info Build information.\n"
                 "# TYPE minicpmd_build_info gauge\n"
                 "minicpmd_build_info{version=\"%s\"} 1\n",
             MINICPMD_VERSION);
-    bprintf(&b, "# HELP process_start_time_seconds Start time of the process since the epoch.\n"
+    ut_buf_printf(&b, "# HELP process_start_time_seconds Start time of the process since the epoch.\n"
                 "# TYPE process_start_time_seconds gauge\n"
                 "process_start_time_seconds %lld\n",
             (long long)m->start);
 
-    bprintf(&b, "# HELP minicpmd_model_state 1 for the daemon's current model state.\n"
+    ut_buf_printf(&b, "# HELP minicpmd_model_state 1 for the daemon's current model state.\n"
                 "# TYPE minicpmd_model_state gauge\n");
     for (size_t s = 0; s < sizeof state_names / sizeof *state_names; s++)
-        bprintf(&b, "minicpmd_model_state{state=\"%s\"} %d\n", state_names[s],
+        ut_buf_printf(&b, "minicpmd_model_state{state=\"%s\"} %d\n", state_names[s],
                 (int)s == g->model_state);
     if (g->model_id) {
-        bprintf(&b, "# HELP minicpmd_model_info The served model and device.\n"
+        ut_buf_printf(&b, "# HELP minicpmd_model_info The served model and device.\n"
                     "# TYPE minicpmd_model_info gauge\n"
                     "minicpmd_model_info{model=\"");
         blabel(&b, g->model_id);
-        bprintf(&b, "\",device=\"");
+        ut_buf_printf(&b, "\",device=\"");
         blabel(&b, g->device ? g->device : "none");
-        bprintf(&b, "\"} 1\n");
+        ut_buf_printf(&b, "\"} 1\n");
     }
 
-    bprintf(&b, "# HELP minicpmd_http_requests_total HTTP requests answered, by route and "
+    ut_buf_printf(&b, "# HELP minicpmd_http_requests_total HTTP requests answered, by route and "
                 "status.\n"
                 "# TYPE minicpmd_http_requests_total counter\n");
     for (size_t i = 0; i < m->n_series; i++) {
-        bprintf(&b, "minicpmd_http_requests_total{route=\"");
+        ut_buf_printf(&b, "minicpmd_http_requests_total{route=\"");
         blabel(&b, m->series[i].route);
-        bprintf(&b, "\",status=\"%d\"} %llu\n", m->series[i].status,
+        ut_buf_printf(&b, "\",status=\"%d\"} %llu\n", m->series[i].status,
                 (unsigned long long)m->series[i].count);
     }
 
-    bprintf(&b, "# HELP minicpmd_http_request_duration_seconds Time from request to the end "
+    ut_buf_printf(&b, "# HELP minicpmd_http_request_duration_seconds Time from request to the end "
                 "of the response.\n"
                 "# TYPE minicpmd_http_request_duration_seconds histogram\n");
     for (size_t i = 0; i < m->n_hist; i++) {
         const struct route_hist *h = &m->hist[i];
         for (size_t k = 0; k < N_BUCKETS; k++) {
-            bprintf(&b, "minicpmd_http_request_duration_seconds_bucket{route=\"");
+            ut_buf_printf(&b, "minicpmd_http_request_duration_seconds_bucket{route=\"");
             blabel(&b, h->route);
-            bprintf(&b, "\",le=\"%g\"} %llu\n", buckets[k], (unsigned long long)h->le[k]);
+            ut_buf_printf(&b, "\",le=\"%g\"} %llu\n", buckets[k], (unsigned long long)h->le[k]);
         }
-        bprintf(&b, "minicpmd_http_request_duration_seconds_bucket{route=\"");
+        ut_buf_printf(&b, "minicpmd_http_request_duration_seconds_bucket{route=\"");
         blabel(&b, h->route);
-        bprintf(&b, "\",le=\"+Inf\"} %llu\n", (unsigned long long)h->count);
-        bprintf(&b, "minicpmd_http_request_duration_seconds_sum{route=\"");
+        ut_buf_printf(&b, "\",le=\"+Inf\"} %llu\n", (unsigned long long)h->count);
+        ut_buf_printf(&b, "minicpmd_http_request_duration_seconds_sum{route=\"");
         blabel(&b, h->route);
-        bprintf(&b, "\"} %.6f\n", h->sum);
-        bprintf(&b, "minicpmd_http_request_duration_seconds_count{route=\"");
+        ut_buf_printf(&b, "\"} %.6f\n", h->sum);
+        ut_buf_printf(&b, "minicpmd_http_request_duration_seconds_count{route=\"");
         blabel(&b, h->route);
-        bprintf(&b, "\"} %llu\n", (unsigned long long)h->count);
+        ut_buf_printf(&b, "\"} %llu\n", (unsigned long long)h->count);
     }
 
-    bprintf(&b, "# HELP minicpmd_http_requests_in_flight Requests being served.\n"
+    ut_buf_printf(&b, "# HELP minicpmd_http_requests_in_flight Requests being served.\n"
                 "# TYPE minicpmd_http_requests_in_flight gauge\n"
                 "minicpmd_http_requests_in_flight %zu\n"
                 "# HELP minicpmd_http_connections Open client connections.\n"
@@ -277,9 +228,9 @@ char *srv_metrics_render(const srv_metrics *m, const struct srv_metrics_gauges *
             g->in_flight, g->connections, g->queue_depth);
     if (g->worker)
         render_worker(&b, g->worker);
-    if (b.failed) {
-        free(b.s);
+    if (b.oom) {
+        ut_buf_free(&b);
         return NULL;
     }
-    return b.s;
+    return b.p;
 }

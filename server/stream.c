@@ -10,6 +10,7 @@
  * MHD's response (until its free callback); the last one frees it. The stream
  * holds a reference to its request, which outlives MHD's own. */
 #include "server/http-impl.h"
+#include "util/buf.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -142,24 +143,14 @@ int srv_stream_write(srv_stream *s, const char *data, size_t len)
             s->len -= s->off;
             s->off = 0;
         }
-        if (s->len + len > s->cap) {
-            size_t cap = s->cap ? s->cap : 4096;
-            while (cap < s->len + len)
-                cap *= 2;
-            char *p = realloc(s->buf, cap);
-            if (!p)
-                return -ENOMEM;
-            s->buf = p;
-            s->cap = cap;
-        }
+        if (ut_grow((void **)&s->buf, &s->cap, s->len + len, 1, 4096))
+            return -ENOMEM;
     }
     memcpy(s->buf + s->len, data, len);
     s->len += len;
     resume(s);
     return 0;
 }
-
-size_t srv_stream_buffered(const srv_stream *s) { return s->len - s->off; }
 
 void srv_stream_end(srv_stream *s)
 {

@@ -112,14 +112,9 @@ static struct job *job_new(srv_request *req, struct srv_response *resp, enum job
     struct srv_app *app = srv_request_app(req);
     if (srv_app_refuse_unready(app, resp))
         return NULL;
-    struct api_bad_request bad;
-    size_t len;
-    const char *body = srv_request_body(req, &len);
-    json_t *root = api_parse_object(body, len, &bad);
-    if (!root) {
-        srv_response_error(resp, bad.error, NULL, "%s", bad.message);
+    json_t *root = srv_request_json(req, resp);
+    if (!root)
         return NULL;
-    }
     struct job *j = calloc(1, sizeof *j);
     if (!j) {
         json_decref(root);
@@ -150,7 +145,7 @@ static int start(srv_request *req, struct srv_response *resp, struct job *j)
 
 static int refuse(struct job *j, struct srv_response *resp, const struct api_bad_request *bad)
 {
-    srv_response_error(resp, bad->error, bad->param[0] ? bad->param : NULL, "%s", bad->message);
+    srv_response_bad(resp, bad);
     job_free(j);
     return 0;
 }
@@ -182,9 +177,7 @@ int srv_h_apply_template(srv_request *req, struct srv_response *resp)
     struct job *j = job_new(req, resp, JOB_APPLY_TEMPLATE);
     if (!j)
         return 0;
-    struct srv_app *app = srv_request_app(req);
-    struct api_chat_limits lim = {eng_pack_get_info(eng_engine_pack(app->eng))->hp.n_vocab,
-                                  eng_engine_sampling(app->eng), true};
+    struct api_chat_limits lim = srv_app_chat_limits(srv_request_app(req), true);
     struct api_bad_request bad;
     if (api_chat_req_parse(j->root, &lim, &j->creq, &bad) != 0)
         return refuse(j, resp, &bad);

@@ -188,13 +188,13 @@ static void expect_py(const char *json, const char *want_str, const char *want_t
     json_error_t je;
     json_t *v = json_loads(json, JSON_DECODE_ANY, &je);
     cr_assert_not_null(v, "bad test JSON %s: %s", json, je.text);
-    struct chat_buf b = {0};
+    ut_buf b = {0};
     eng__py_str(&b, v);
     cr_expect_str_eq(b.p, want_str, "str(%s)", json);
-    eng__chat_buf_free(&b);
+    ut_buf_free(&b);
     eng__py_tojson(&b, v);
     cr_expect_str_eq(b.p, want_tojson, "json.dumps(%s)", json);
-    eng__chat_buf_free(&b);
+    ut_buf_free(&b);
     json_decref(v);
 }
 

@@ -36,18 +36,12 @@
 #include "engine/kernels/kernels-impl.h" /* decode mode times the per-ISA kernels directly */
 #include "engine/kernels/kernels.h"
 #include "engine/kernels/pool.h"
+#include "util/clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -86,9 +80,9 @@ static double stream_read_gbs(void)
     for (size_t i = 0; i < n; i++)
         buf[i] = i;
     for (int r = 0; r < 9; r++) {
-        double t0 = now();
+        double t0 = ut_now_s();
         sink += sum_buffer(buf, n);
-        t[r] = now() - t0;
+        t[r] = ut_now_s() - t0;
     }
     (void)sink;
     free(buf);
@@ -136,14 +130,14 @@ static void bench_shape(int out, int in, int reps)
             int n = isas[i] == ENG_ISA_SCALAR ? (reps < 10 ? reps : 10) : reps;
             for (int r = 0; r < n; r++) {
                 const uint8_t *wc = w + mbytes * (size_t)(r % copies);
-                double t0 = now();
+                double t0 = ut_now_s();
                 if (q8) {
                     eng_q8x_quantize(&xq, x, in);
                     eng_matvec_q4_1_q8_rows(wc, in, 0, out, &xq, y);
                 } else {
                     eng_matvec_q4_1(wc, out, in, x, y);
                 }
-                t[r] = now() - t0;
+                t[r] = ut_now_s() - t0;
             }
             double s = median(t, n);
             printf("q4_1 %5dx%-5d %-6s %-9s %8.1f us  %6.2f GB/s%s\n", out, in, eng_isa_name(isas[i]),
@@ -177,14 +171,14 @@ static int bench_pool(int threads, long regions)
         eng_pool_free(p);
         return 1;
     }
-    double t0 = now();
+    double t0 = ut_now_s();
     for (long b = 0; b < nb; b++) {
-        double t1 = now();
+        double t1 = ut_now_s();
         for (int r = 0; r < 1000; r++)
             eng_pool_run(p, empty_region, NULL);
-        batch[b] = (now() - t1) / 1000;
+        batch[b] = (ut_now_s() - t1) / 1000;
     }
-    double hot = (now() - t0) / (double)(nb * 1000), hot_med = median(batch, (int)nb);
+    double hot = (ut_now_s() - t0) / (double)(nb * 1000), hot_med = median(batch, (int)nb);
     free(batch);
 
     /* 5 ms apart: past the spin budget, so every region wakes sleeping workers. */
@@ -192,9 +186,9 @@ static int bench_pool(int threads, long regions)
     double cold = 0;
     for (int r = 0; r < COLD; r++) {
         nanosleep(&(struct timespec){ 0, 5 * 1000 * 1000 }, NULL);
-        double t1 = now();
+        double t1 = ut_now_s();
         eng_pool_run(p, empty_region, NULL);
-        cold += now() - t1;
+        cold += ut_now_s() - t1;
     }
     printf("pool, %d threads: %.0f ns per empty region back to back (median of %ld batches of "
            "1000; mean %.0f ns); %.1f us from sleep (mean of %d)\n",
@@ -376,9 +370,9 @@ static void bench_decode_shape(int out, int in, int reps)
         for (int hot = 0; hot < 2; hot++) {
             for (int r = 0; r < reps; r++) {
                 const uint8_t *wc = w + mbytes * (size_t)(hot ? 0 : r % copies);
-                double t0 = now();
+                double t0 = ut_now_s();
                 ks[k].fn(wc, in, 0, out, &xq, y);
-                t[r] = now() - t0;
+                t[r] = ut_now_s() - t0;
             }
             printf("  %s %s %6.2f", ks[k].name, hot ? "hot" : "dram", (double)mbytes / median(t, reps) / 1e9);
         }

@@ -189,7 +189,6 @@ static const struct eng_device_i cpu_iface = {
     .seq_truncate = cpu_seq_truncate,
     .run_runlist = cpu_run_runlist,
     .reset = NULL,          /* nothing can hang or be lost */
-    .get_stats = NULL,      /* the worker counts what matters */
     .close = cpu_close,
 };
 

@@ -9,6 +9,7 @@
 #if MINICPMD_HAVE_XRT
 #include "engine/device/xrt/xrt-dev.h"
 #endif
+#include "util/clock.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -138,13 +139,6 @@ void eng_device_seq_truncate(struct eng_device *d, eng_device_seq *seq, int n)
     d->iface->seq_truncate(d->context, seq, n);
 }
 
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 int eng_device_run_runlist(struct eng_device *d, eng_device_seq *seq, const struct eng_runlist *rl,
                            const struct eng_batch *b, struct eng_run_result *out)
 {
@@ -152,9 +146,9 @@ int eng_device_run_runlist(struct eng_device *d, eng_device_seq *seq, const stru
     assert(rl->n_cmds >= 1 && b->n_tokens >= 1 && b->tokens);
     *out = (struct eng_run_result){.state = ENG_ERT_COMPLETED, .failed_cmd = -1,
                                    .failed_layer = -1};
-    int64_t t0 = now_us();
+    int64_t t0 = ut_now_us();
     d->iface->run_runlist(d->context, seq, rl, b, out);
-    out->elapsed_us = now_us() - t0;
+    out->elapsed_us = ut_now_us() - t0;
     if (eng_ert_is_success(out->state)) {
         out->failed_cmd = -1;
         out->failed_layer = -1;
@@ -178,10 +172,3 @@ int eng_device_reset(struct eng_device *d, char *err, size_t errlen)
     return d->iface->reset(d->context, err, errlen);
 }
 
-void eng_device_get_stats(const struct eng_device *d, struct eng_device_stats *out)
-{
-    assert(d && out);
-    *out = (struct eng_device_stats){0};
-    if (d->iface->get_stats)
-        d->iface->get_stats(d->context, out);
-}

@@ -66,15 +66,6 @@ struct eng_run_result {
     char message[160];          /* one line, empty when COMPLETED */
 };
 
-/* Counters a device keeps (all zero when it keeps none). */
-struct eng_device_stats {
-    uint64_t runlists;          /* run_runlist calls */
-    uint64_t failed;            /* of those, not COMPLETED */
-    uint64_t resets;            /* reset calls that succeeded */
-    uint64_t faults_fired;      /* sim: injected faults that fired */
-    uint64_t hangs;             /* sim: runlists over the limit */
-};
-
 /* What eng_device_open gives a backend. Zero ({0}) is a sane default for each. */
 struct eng_device_opts {
     /* cpu and sim (the model they compute with) */
@@ -119,8 +110,6 @@ struct eng_device_i {
                         const struct eng_batch *b, struct eng_run_result *out);
     /* Bring the device back after a failed runlist. (optional: nothing to do) */
     int (*reset)(void *ctx, char *err, size_t errlen);
-    /* Its counters. (optional: all zero) */
-    void (*get_stats)(void *ctx, struct eng_device_stats *out);
     /* Free everything; sequences must have ended. */
     void (*close)(void *ctx);
 };
@@ -167,8 +156,6 @@ int eng_device_run_runlist(struct eng_device *d, eng_device_seq *seq, const stru
 /* Reset after a failed runlist. Returns 0 (also when the backend has nothing to
  * reset) or negative when the device could not recover (err says why). */
 int eng_device_reset(struct eng_device *d, char *err, size_t errlen);
-
-void eng_device_get_stats(const struct eng_device *d, struct eng_device_stats *out);
 
 /* ---- backends (device.c's registry calls these) ------------------------------- */
 

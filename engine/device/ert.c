@@ -6,21 +6,18 @@
 #include <strings.h>
 
 /* Indexed by state; the short name is the enum name without "ERT_CMD_STATE_". */
-static const struct {
-    const char *name;
-    const char *code;
-} states[] = {
-    [ENG_ERT_NEW] = {"ERT_CMD_STATE_NEW", "ert_cmd_state_new"},
-    [ENG_ERT_QUEUED] = {"ERT_CMD_STATE_QUEUED", "ert_cmd_state_queued"},
-    [ENG_ERT_RUNNING] = {"ERT_CMD_STATE_RUNNING", "ert_cmd_state_running"},
-    [ENG_ERT_COMPLETED] = {"ERT_CMD_STATE_COMPLETED", "ert_cmd_state_completed"},
-    [ENG_ERT_ERROR] = {"ERT_CMD_STATE_ERROR", "ert_cmd_state_error"},
-    [ENG_ERT_ABORT] = {"ERT_CMD_STATE_ABORT", "ert_cmd_state_abort"},
-    [ENG_ERT_SUBMITTED] = {"ERT_CMD_STATE_SUBMITTED", "ert_cmd_state_submitted"},
-    [ENG_ERT_TIMEOUT] = {"ERT_CMD_STATE_TIMEOUT", "ert_cmd_state_timeout"},
-    [ENG_ERT_NORESPONSE] = {"ERT_CMD_STATE_NORESPONSE", "ert_cmd_state_noresponse"},
-    [ENG_ERT_SKERROR] = {"ERT_CMD_STATE_SKERROR", "ert_cmd_state_skerror"},
-    [ENG_ERT_SKCRASHED] = {"ERT_CMD_STATE_SKCRASHED", "ert_cmd_state_skcrashed"},
+static const char *const names[] = {
+    [ENG_ERT_NEW] = "ERT_CMD_STATE_NEW",
+    [ENG_ERT_QUEUED] = "ERT_CMD_STATE_QUEUED",
+    [ENG_ERT_RUNNING] = "ERT_CMD_STATE_RUNNING",
+    [ENG_ERT_COMPLETED] = "ERT_CMD_STATE_COMPLETED",
+    [ENG_ERT_ERROR] = "ERT_CMD_STATE_ERROR",
+    [ENG_ERT_ABORT] = "ERT_CMD_STATE_ABORT",
+    [ENG_ERT_SUBMITTED] = "ERT_CMD_STATE_SUBMITTED",
+    [ENG_ERT_TIMEOUT] = "ERT_CMD_STATE_TIMEOUT",
+    [ENG_ERT_NORESPONSE] = "ERT_CMD_STATE_NORESPONSE",
+    [ENG_ERT_SKERROR] = "ERT_CMD_STATE_SKERROR",
+    [ENG_ERT_SKCRASHED] = "ERT_CMD_STATE_SKCRASHED",
 };
 
 #define PREFIX "ERT_CMD_STATE_"
@@ -37,12 +34,7 @@ bool eng_ert_is_success(int state)
 
 const char *eng_ert_name(int state)
 {
-    return eng_ert_valid(state) ? states[state].name : PREFIX "UNKNOWN";
-}
-
-const char *eng_ert_code(int state)
-{
-    return eng_ert_valid(state) ? states[state].code : "ert_cmd_state_unknown";
+    return eng_ert_valid(state) ? names[state] : PREFIX "UNKNOWN";
 }
 
 int eng_ert_parse(const char *s, enum eng_ert_state *out)
@@ -66,7 +58,7 @@ int eng_ert_parse(const char *s, enum eng_ert_state *out)
     size_t plen = strlen(PREFIX);
     const char *shortname = strncasecmp(s, PREFIX, plen) == 0 ? s + plen : s;
     for (int st = ENG_ERT_FIRST; st <= ENG_ERT_LAST; st++) {
-        if (strcasecmp(shortname, states[st].name + plen) == 0) {
+        if (strcasecmp(shortname, names[st] + plen) == 0) {
             *out = (enum eng_ert_state)st;
             return 0;
         }
@@ -99,46 +91,6 @@ void eng_device_error_init(struct eng_device_error *e, enum eng_ert_state state,
 void eng_device_error_set_device(struct eng_device_error *e, const char *name)
 {
     snprintf(e->device, sizeof e->device, "%s", name ? name : "");
-}
-
-/* json_object_set_new() steals the value even when it fails, so a chain of them
- * only needs one check at the end. */
-static int set(json_t *o, const char *k, json_t *v)
-{
-    return v ? json_object_set_new(o, k, v) : -1;
-}
-
-json_t *eng_device_error_to_json(const struct eng_device_error *e)
-{
-    json_t *o = json_object();
-    if (!o)
-        return NULL;
-    int rc = 0;
-    rc |= set(o, "ert_state", json_integer(e->state));
-    rc |= set(o, "ert_state_name", json_string(eng_ert_name(e->state)));
-    rc |= set(o, "phase", json_string(eng_phase_name(e->phase)));
-    rc |= set(o, "chunk_index", json_integer(e->chunk_index));
-    rc |= set(o, "chunk_count", json_integer(e->chunk_count));
-    rc |= set(o, "layer_begin", json_integer(e->layer_begin));
-    rc |= set(o, "layer_end", json_integer(e->layer_end));
-    if (e->failed_layer >= 0)
-        rc |= set(o, "failed_layer", json_integer(e->failed_layer));
-    rc |= set(o, "token_pos", json_integer(e->token_pos));
-    rc |= set(o, "n_tokens", json_integer(e->n_tokens));
-    if (e->phase == ENG_PHASE_PREFILL) {
-        rc |= set(o, "prefill_chunk_index", json_integer(e->prefill_chunk_index));
-        rc |= set(o, "prefill_chunk_count", json_integer(e->prefill_chunk_count));
-    }
-    rc |= set(o, "elapsed_ms", json_real(e->elapsed_ms));
-    /* json_string() refuses invalid UTF-8; a device name is ours, but be safe. */
-    json_t *dev = json_string(e->device);
-    rc |= set(o, "device", dev ? dev : json_string("?"));
-    rc |= set(o, "attempts", json_integer(e->attempts));
-    if (rc) {
-        json_decref(o);
-        return NULL;
-    }
-    return o;
 }
 
 int eng_device_error_format(const struct eng_device_error *e, char *buf, size_t len)

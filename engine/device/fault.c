@@ -1,5 +1,6 @@
 #include "engine/device/fault.h"
 #include "engine/err.h"
+#include "util/buf.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -224,14 +225,9 @@ int eng_fault_list_parse(struct eng_fault_list *l, const char *spec, char *err, 
         const char *stop = semi ? semi : end;
         struct span s = trim((struct span){p, (size_t)(stop - p)});
         if (s.n) {
-            if (n == cap) {
-                size_t nc = cap ? cap * 2 : 4;
-                struct eng_fault *g = realloc(got, nc * sizeof *g);
-                if (!g) {
-                    rc = eng__fail(err, errlen, -ENOMEM, "out of memory");
-                    goto out;
-                }
-                got = g, cap = nc;
+            if (ut_grow((void **)&got, &cap, n + 1, sizeof *got, 4)) {
+                rc = eng__fail(err, errlen, -ENOMEM, "out of memory");
+                goto out;
             }
             if ((rc = parse_spec(s, &got[n], err, errlen)) != 0)
                 goto out;
@@ -245,16 +241,9 @@ int eng_fault_list_parse(struct eng_fault_list *l, const char *spec, char *err, 
         rc = bad(err, errlen, (struct span){spec, strlen(spec)}, "no fault in it");
         goto out;
     }
-    if (l->n + n > l->cap) {
-        size_t nc = l->cap ? l->cap : 4;
-        while (nc < l->n + n)
-            nc *= 2;
-        struct eng_fault *items = realloc(l->items, nc * sizeof *items);
-        if (!items) {
-            rc = eng__fail(err, errlen, -ENOMEM, "out of memory");
-            goto out;
-        }
-        l->items = items, l->cap = nc;
+    if (ut_grow((void **)&l->items, &l->cap, l->n + n, sizeof *l->items, 4)) {
+        rc = eng__fail(err, errlen, -ENOMEM, "out of memory");
+        goto out;
     }
     memcpy(l->items + l->n, got, n * sizeof *got);
     l->n += n;

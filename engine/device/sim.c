@@ -48,7 +48,6 @@ struct sim_dev {
     bool needs_reset;
     int resets_to_fail;          /* reset() calls that fail before one succeeds */
     enum eng_ert_state last_failure;
-    struct eng_device_stats stats;
     char desc[320];
 };
 
@@ -151,7 +150,6 @@ static void lost(struct sim_dev *s, eng_device_seq *seq, struct eng_run_result *
 {
     s->needs_reset = true;
     s->last_failure = out->state;
-    s->stats.failed++;
     eng_device_seq_truncate(s->cpu, seq, 0);
 }
 
@@ -171,7 +169,6 @@ static void sim_run_runlist(void *ctx, eng_device_seq *seq, const struct eng_run
                             const struct eng_batch *b, struct eng_run_result *out)
 {
     struct sim_dev *s = ctx;
-    s->stats.runlists++;
 
     /* 1. A failed device runs nothing until it is reset. */
     if (s->needs_reset) {
@@ -179,7 +176,6 @@ static void sim_run_runlist(void *ctx, eng_device_seq *seq, const struct eng_run
         out->failed_cmd = 0;
         snprintf(out->message, sizeof out->message,
                  "device needs reset (a runlist ended in %s)", eng_ert_name(s->last_failure));
-        s->stats.failed++;
         return;
     }
 
@@ -189,7 +185,6 @@ static void sim_run_runlist(void *ctx, eng_device_seq *seq, const struct eng_run
         if (rl->cmds[i].kind != ENG_CMD_LAYER)
             continue;
         if (s->limit > 0 && ++layers == s->limit + 1) {
-            s->stats.hangs++;
             out->failed_cmd = i;
             out->failed_layer = rl->cmds[i].layer;
             if (hang(s->timeout_ms, b->cancel)) {
@@ -222,7 +217,6 @@ static void sim_run_runlist(void *ctx, eng_device_seq *seq, const struct eng_run
     enum eng_ert_state st = eng_fault_match(&s->faults, &site, &which);
     int n_run = rl->n_cmds;
     if (st != ENG_ERT_COMPLETED) {
-        s->stats.faults_fired++;
         n_run = fault_cmd(rl, &s->faults.items[which]);
         s->resets_to_fail = s->faults.items[which].reset_fails;
     }
@@ -264,14 +258,7 @@ static int sim_reset(void *ctx, char *err, size_t errlen)
                          "reset(s) will fail)", s->resets_to_fail);
     }
     s->needs_reset = false;
-    s->stats.resets++;
     return 0;
-}
-
-static void sim_get_stats(void *ctx, struct eng_device_stats *out)
-{
-    struct sim_dev *s = ctx;
-    *out = s->stats;
 }
 
 static void sim_close(void *ctx)
@@ -294,7 +281,6 @@ static const struct eng_device_i sim_iface = {
     .seq_truncate = sim_seq_truncate,
     .run_runlist = sim_run_runlist,
     .reset = sim_reset,
-    .get_stats = sim_get_stats,
     .close = sim_close,
 };
 

@@ -46,6 +46,21 @@ static inline __m256i first_lanes8(int n)
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), idx);
 }
 
+/* acc[h] += x[h * stride] * (b0, b1) for the nh <= NH heads: the inner step of
+ * both the scores (x = q, b = a row of K) and the accumulation (x = p, b = V). */
+static inline __attribute__((always_inline)) void fma_heads(__m256 acc[NH][2], const float *x,
+                                                            size_t stride, int nh, __m256 b0,
+                                                            __m256 b1)
+{
+#pragma GCC unroll 4
+    for (int h = 0; h < NH; h++)
+        if (h < nh) {
+            __m256 xv = _mm256_broadcast_ss(x + (size_t)h * stride);
+            acc[h][0] = _mm256_fmadd_ps(xv, b0, acc[h][0]);
+            acc[h][1] = _mm256_fmadd_ps(xv, b1, acc[h][1]);
+        }
+}
+
 /* Scores of nh <= 4 heads (qt: q transposed, q_h[d] at qt[4d + h]) over n
  * positions of blocked K: per block of 16 positions two accumulators per head. */
 static void scores(const float *qt, int nh, int hd, const uint16_t *k, int n, float scale,
@@ -60,13 +75,7 @@ static void scores(const float *qt, int nh, int hd, const uint16_t *k, int n, fl
         for (int d = 0; d < hd; d++) {
             __m256 k0 = bf16x8(kb + (size_t)d * ENG_ATTN_KBLOCK);
             __m256 k1 = bf16x8(kb + (size_t)d * ENG_ATTN_KBLOCK + 8);
-#pragma GCC unroll 4
-            for (int h = 0; h < NH; h++)
-                if (h < nh) {
-                    __m256 qv = _mm256_broadcast_ss(qt + (size_t)d * NH + h);
-                    acc[h][0] = _mm256_fmadd_ps(qv, k0, acc[h][0]);
-                    acc[h][1] = _mm256_fmadd_ps(qv, k1, acc[h][1]);
-                }
+            fma_heads(acc, qt + (size_t)d * NH, 1, nh, k0, k1);
         }
         for (int h = 0; h < nh; h++)
             for (int i = 0; i < 2; i++) {
@@ -114,13 +123,7 @@ static void accum(float *o, const float *p, int nh, const uint16_t *v, size_t ld
     for (int j = 0; j < n; j++) {
         const uint16_t *vr = v + (size_t)j * ld + c0;
         __m256 v0 = bf16x8(vr), v1 = bf16x8(vr + 8);
-#pragma GCC unroll 4
-        for (int h = 0; h < NH; h++)
-            if (h < nh) {
-                __m256 pj = _mm256_broadcast_ss(p + (size_t)h * n + j);
-                acc[h][0] = _mm256_fmadd_ps(pj, v0, acc[h][0]);
-                acc[h][1] = _mm256_fmadd_ps(pj, v1, acc[h][1]);
-            }
+        fma_heads(acc, p + j, (size_t)n, nh, v0, v1);
     }
     for (int h = 0; h < nh; h++)
         for (int i = 0; i < 2; i++)

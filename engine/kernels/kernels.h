@@ -139,10 +139,6 @@ void eng_attn_gqa(const float *q, int nq, const uint16_t *k, const uint16_t *v, 
  * o may alias x. */
 void eng_rmsnorm(float *o, const float *x, const uint16_t *w, int n, float eps);
 
-/* NeoX ("rotate_half") RoPE in place on n_heads heads of head_dim floats each:
- * element d pairs with d + head_dim/2, angle pos * theta^(-2d/head_dim). */
-void eng_rope_neox(float *v, int n_heads, int head_dim, int pos, double theta);
-
 /* In-place softmax over x[n] (max-subtracted, float accumulation). */
 void eng_softmax(float *x, int n);
 

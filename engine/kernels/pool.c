@@ -20,6 +20,7 @@
  * The caller never opens region k+1 before every worker has finished region k,
  * so a worker sees every generation exactly once. */
 #include "engine/kernels/pool.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -79,13 +80,6 @@ struct eng_pool {
     struct pool_worker *workers;     /* n - 1 of them, ith 1 .. n-1 */
 };
 
-static uint64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
 /* One turn of a wait loop. With more threads than CPUs the thread we wait for
  * may be the one we keep off the CPU, so give the CPU away instead of spinning. */
 static void relax(const eng_pool *p)
@@ -122,7 +116,7 @@ static uint32_t wait_gen(eng_pool *p, uint32_t seen)
             continue;
         /* The clock is read only after the first batch of pauses: a region that
          * follows right away (the decode case) never pays for it. */
-        uint64_t t = now_us();
+        uint64_t t = (uint64_t)ut_now_us();
         if (!deadline) {
             deadline = t + ENG_POOL_SPIN_US;
             continue;
@@ -271,7 +265,7 @@ void eng_pool_run(eng_pool *p, eng_pool_fn fn, void *ctx)
         }
         relax(p);
         if (i % POOL_SPIN_CHECK == 0) {
-            uint64_t t = now_us();
+            uint64_t t = (uint64_t)ut_now_us();
             if (!deadline)
                 deadline = t + ENG_POOL_SPIN_US;
             else if (t >= deadline)

@@ -159,23 +159,6 @@ void eng_rmsnorm(float *o, const float *x, const uint16_t *w, int n, float eps)
         o[i] = eng_bf16_to_f32(w[i]) * (x[i] * inv);
 }
 
-/* The angle is computed in double: at pos ~ 32k with inv_freq ~ 1 a float angle
- * is already off by ~0.002 rad, and the cost is 64 sincos per head. */
-void eng_rope_neox(float *v, int n_heads, int head_dim, int pos, double theta)
-{
-    int half = head_dim / 2;
-    for (int i = 0; i < half; i++) {
-        double ang = (double)pos * pow(theta, -2.0 * i / head_dim);
-        float c = (float)cos(ang), s = (float)sin(ang);
-        for (int h = 0; h < n_heads; h++) {
-            float *hv = v + (size_t)h * head_dim;
-            float x1 = hv[i], x2 = hv[i + half];
-            hv[i] = x1 * c - x2 * s;
-            hv[i + half] = x2 * c + x1 * s;
-        }
-    }
-}
-
 void eng_softmax(float *x, int n)
 {
     float mx = x[0];

@@ -129,7 +129,6 @@ void eng_seq_free(eng_seq *s)
 }
 
 int eng_seq_len(const eng_seq *s) { return s->len; }
-int eng_seq_ctx(const eng_seq *s) { return s->n_ctx; }
 const char *eng_seq_error(const eng_seq *s) { return s->err; }
 
 void eng_seq_truncate(eng_seq *s, int n)

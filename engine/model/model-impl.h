@@ -9,11 +9,12 @@
 #include "engine/model/model.h"
 #include "engine/kernels/pool.h"
 #include "engine/model/safetensors.h"
+#include "util/defaults.h"
 
 #define ENG_MAX_SHARDS 64
 #define ENG_MAX_KV_HEADS 64
 /* Positions one batch may hold: eng_seq_forward() cuts longer prompts. */
-#define ENG_MAX_BATCH 512
+#define ENG_MAX_BATCH UT_MAX_BATCH
 
 enum eng_wfmt { ENG_W_Q4_1, ENG_W_BF16 };
 

@@ -13,6 +13,7 @@
 #include "engine/model/model-impl.h"
 
 #include "engine/err.h"
+#include "util/msg.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -46,14 +47,10 @@ static size_t mat_bytes(const struct eng_mat *m)
 static void warnf(const eng_model *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void warnf(const eng_model *m, const char *fmt, ...)
 {
-    if (!m->opts.warn)
-        return;
-    char buf[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    ut_vmsgf(m->opts.warn, m->opts.warn_ctx, fmt, ap);
     va_end(ap);
-    m->opts.warn(m->opts.warn_ctx, buf);
 }
 
 /* ---- the weight files ------------------------------------------------------- */

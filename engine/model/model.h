@@ -60,7 +60,6 @@ const struct eng_model_info *eng_model_get_info(const eng_model *m);
 int eng_seq_new(eng_model *m, int n_ctx, eng_seq **out, char *err, size_t errlen);
 void eng_seq_free(eng_seq *s);
 int eng_seq_len(const eng_seq *s);   /* positions in the KV cache */
-int eng_seq_ctx(const eng_seq *s);   /* n_ctx */
 /* Forget positions n.. (n <= len) and any batch in flight: prompt-cache reuse, or
  * a device fault that lost the KV state. */
 void eng_seq_truncate(eng_seq *s, int n);

@@ -8,6 +8,7 @@
  */
 #include "engine/err.h"
 #include "engine/engine.h"
+#include "util/fs.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -36,20 +37,6 @@ const char *eng_weights_format_name(enum eng_weights_format f)
     case ENG_WEIGHTS_SAFETENSORS_SHARDED: return "safetensors-sharded";
     }
     return "unknown";
-}
-
-/* Size of a regular file, or -errno. */
-static int64_t file_size(const char *dir, const char *name)
-{
-    char path[PATH_MAX];
-    struct stat st;
-    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, name) >= sizeof path)
-        return -ENAMETOOLONG;
-    if (stat(path, &st) != 0)
-        return -errno;
-    if (!S_ISREG(st.st_mode))
-        return -EISDIR;
-    return (int64_t)st.st_size;
 }
 
 /* An integer field of config.json within [lo, hi]; `def` (>= 0) when absent. */
@@ -154,7 +141,7 @@ static int find_weights(const char *dir, struct eng_pack_info *info, char *err, 
         {"model.safetensors.index.json", ENG_WEIGHTS_SAFETENSORS_SHARDED},
     };
     for (size_t i = 0; i < sizeof candidates / sizeof *candidates; i++) {
-        int64_t sz = file_size(dir, candidates[i].name);
+        int64_t sz = ut_file_size(dir, candidates[i].name);
         if (sz == -ENOENT)
             continue;
         if (sz < 0)
@@ -220,7 +207,7 @@ int eng_pack_open(const char *dir, eng_pack **out, char *err, size_t errlen)
         goto out;
     if ((rc = find_weights(dir, &p->info, err, errlen)))
         goto out;
-    int64_t tok = file_size(dir, "tokenizer.json");
+    int64_t tok = ut_file_size(dir, "tokenizer.json");
     if (tok <= 0) {
         rc = eng__fail(err, errlen, tok < 0 ? (int)tok : -EINVAL, "%s/tokenizer.json: %s", dir,
                   tok < 0 ? strerror((int)-tok) : "file is empty");

@@ -21,9 +21,9 @@ struct eng_detok {
     char **stops;
     size_t *stop_len;
     size_t n_stops;
-    struct tok_buf pending;
-    struct tok_buf held;
-    struct tok_buf scratch;
+    ut_buf pending;
+    ut_buf held;
+    ut_buf scratch;
     bool stopped;
 };
 
@@ -134,20 +134,20 @@ int eng_detok_push(eng_detok *d, int32_t id, char **out, bool *stopped)
         rc = eng__utf8_repair(&d->held, d->pending.p, d->pending.n, false, NULL);
         d->pending.n = 0;
         if (rc == 0)
-            rc = eng__buf_add(&d->held, b, k);
+            rc = ut_buf_add(&d->held, b, k);
     } else {
         /* Re-run the repair over the unfinished tail plus the new bytes: the
          * decoder's verdict on those tail bytes depends on what follows them. */
         size_t held_back = 0;
         d->scratch.n = 0;
-        rc = eng__buf_add(&d->scratch, d->pending.p, d->pending.n);
+        rc = ut_buf_add(&d->scratch, d->pending.p, d->pending.n);
         if (rc == 0)
-            rc = eng__buf_add(&d->scratch, b, k);
+            rc = ut_buf_add(&d->scratch, b, k);
         if (rc == 0)
             rc = eng__utf8_repair(&d->held, d->scratch.p, d->scratch.n, true, &held_back);
         d->pending.n = 0;
         if (rc == 0)
-            rc = eng__buf_add(&d->pending, d->scratch.p + d->scratch.n - held_back, held_back);
+            rc = ut_buf_add(&d->pending, d->scratch.p + d->scratch.n - held_back, held_back);
     }
     if (rc)
         return rc;

@@ -22,6 +22,7 @@
  */
 #include "engine/outparse.h"
 #include "engine/text/outparse-impl.h"
+#include "util/buf.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -32,37 +33,6 @@
 #define MAX_WS 64     /* longest whitespace run accepted inside call markup */
 
 /* ---- small helpers ------------------------------------------------------------ */
-
-struct sbuf {
-    char *p;
-    size_t n, cap;
-};
-
-static int sb_reserve(struct sbuf *b, size_t more)
-{
-    if (b->cap - b->n > more)
-        return 0;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap - b->n <= more)
-        cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p)
-        return -ENOMEM;
-    b->p = p;
-    b->cap = cap;
-    return 0;
-}
-
-/* Appends and keeps the buffer NUL-terminated. */
-static int sb_put(struct sbuf *b, const char *s, size_t n)
-{
-    if (sb_reserve(b, n) != 0)
-        return -ENOMEM;
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-    return 0;
-}
 
 
 /* First occurrence of needle in [s, s+n), or NULL. */
@@ -112,7 +82,7 @@ struct eng_outparse {
     uint8_t u8[4];              /* an incomplete UTF-8 sequence from the last feed */
     int u8n, u8len;
 
-    struct sbuf buf;            /* valid UTF-8, not yet consumed from `pos` on */
+    ut_buf buf;            /* valid UTF-8, not yet consumed from `pos` on */
     size_t pos;
     bool think;                 /* inside <think>…</think> */
     bool at_start;              /* only whitespace so far: "<think>" may still open */
@@ -181,14 +151,8 @@ void eng_delta_list_clear(struct eng_delta_list *l)
 
 static struct eng_delta *delta_push(struct eng_delta_list *out)
 {
-    if (out->n == out->cap) {
-        size_t cap = out->cap ? out->cap * 2 : 8;
-        struct eng_delta *it = realloc(out->items, cap * sizeof *it);
-        if (!it)
-            return NULL;
-        out->items = it;
-        out->cap = cap;
-    }
+    if (ut_grow((void **)&out->items, &out->cap, out->n + 1, sizeof *out->items, 8))
+        return NULL;
     struct eng_delta *d = &out->items[out->n++];
     memset(d, 0, sizeof *d);
     return d;
@@ -245,22 +209,22 @@ static int utf8_push(eng_outparse *p, uint8_t c)
             if (p->u8n < p->u8len)
                 return 0;
             p->u8n = 0;
-            return sb_put(&p->buf, (const char *)p->u8, (size_t)p->u8len);
+            return ut_buf_add(&p->buf, (const char *)p->u8, (size_t)p->u8len);
         }
         /* The sequence so far is a maximal invalid subpart; c starts afresh. */
         p->u8n = 0;
-        if (sb_put(&p->buf, REPLACEMENT, 3) != 0)
+        if (ut_buf_add(&p->buf, REPLACEMENT, 3) != 0)
             return -ENOMEM;
     }
     if (c == 0)  /* deltas are C strings */
-        return sb_put(&p->buf, REPLACEMENT, 3);
+        return ut_buf_add(&p->buf, REPLACEMENT, 3);
     if (c < 0x80) {
         char ch = (char)c;
-        return sb_put(&p->buf, &ch, 1);
+        return ut_buf_add(&p->buf, &ch, 1);
     }
     int len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
     if (len == 0)
-        return sb_put(&p->buf, REPLACEMENT, 3);
+        return ut_buf_add(&p->buf, REPLACEMENT, 3);
     p->u8[0] = c;
     p->u8n = 1;
     p->u8len = len;
@@ -304,27 +268,27 @@ static int call_add_arg(struct call *c, const char *v, size_t n, bool cdata)
 /* The arguments as one compact JSON object, keys in the order of the output. */
 static char *call_arguments(const struct call *c)
 {
-    struct sbuf b = {0};
-    if (sb_put(&b, "{", 1) != 0)
+    ut_buf b = {0};
+    if (ut_buf_add(&b, "{", 1) != 0)
         return NULL;
     for (size_t i = 0; i < c->nargs; i++) {
         char *k = eng__outparse_json_quote(c->keys[i], strlen(c->keys[i]));
         int rc = k ? 0 : -ENOMEM;
         if (rc == 0 && i > 0)
-            rc = sb_put(&b, ",", 1);
+            rc = ut_buf_add(&b, ",", 1);
         if (rc == 0)
-            rc = sb_put(&b, k, strlen(k));
+            rc = ut_buf_add(&b, k, strlen(k));
         if (rc == 0)
-            rc = sb_put(&b, ":", 1);
+            rc = ut_buf_add(&b, ":", 1);
         if (rc == 0)
-            rc = sb_put(&b, c->vals[i], strlen(c->vals[i]));
+            rc = ut_buf_add(&b, c->vals[i], strlen(c->vals[i]));
         free(k);
         if (rc != 0) {
             free(b.p);
             return NULL;
         }
     }
-    if (sb_put(&b, "}", 1) != 0) {
+    if (ut_buf_add(&b, "}", 1) != 0) {
         free(b.p);
         return NULL;
     }
@@ -661,7 +625,7 @@ int eng_outparse_finish(eng_outparse *p, struct eng_delta_list *out)
     p->finished = true;
     if (p->u8n > 0) {  /* the output ended inside a character */
         p->u8n = 0;
-        if (sb_put(&p->buf, REPLACEMENT, 3) != 0)
+        if (ut_buf_add(&p->buf, REPLACEMENT, 3) != 0)
             goto oom;
     }
     if (p->buf.n == 0)

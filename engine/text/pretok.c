@@ -91,7 +91,7 @@ void eng__norm_free(struct tok_norm *n)
     memset(n, 0, sizeof *n);
 }
 
-static int norm_one(const struct tok_norm *n, const char *s, size_t len, struct tok_buf *out)
+static int norm_one(const struct tok_norm *n, const char *s, size_t len, ut_buf *out)
 {
     out->n = 0;
     int opts = 0;
@@ -102,9 +102,9 @@ static int norm_one(const struct tok_norm *n, const char *s, size_t len, struct 
     case TOK_NORM_NFKD: opts = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
     case TOK_NORM_PREPEND:
         /* As tokenizers.js and the Rust crate do: only non-empty text gets it. */
-        if (len && eng__buf_add(out, n->a, strlen(n->a)))
+        if (len && ut_buf_add(out, n->a, strlen(n->a)))
             return -ENOMEM;
-        return eng__buf_add(out, s, len);
+        return ut_buf_add(out, s, len);
     case TOK_NORM_LOWERCASE:
         /* Per code point (simple case mapping); JavaScript's toLowerCase also has
          * the few one-to-many special cases (e.g. U+0130), which this does not. */
@@ -113,29 +113,29 @@ static int norm_one(const struct tok_norm *n, const char *s, size_t len, struct 
             i += (size_t)eng__utf8_next(s + i, len - i, &cp);
             utf8proc_uint8_t u[4];
             utf8proc_ssize_t k = utf8proc_encode_char(utf8proc_tolower(cp), u);
-            if (eng__buf_add(out, u, (size_t)k))
+            if (ut_buf_add(out, u, (size_t)k))
                 return -ENOMEM;
         }
-        return eng__buf_add(out, "", 0);
+        return ut_buf_add(out, "", 0);
     case TOK_NORM_REPLACE: {
         size_t pl = strlen(n->a), cl = strlen(n->b), i = 0;
         while (i < len) {
             if (i + pl <= len && memcmp(s + i, n->a, pl) == 0) {
-                if (eng__buf_add(out, n->b, cl))
+                if (ut_buf_add(out, n->b, cl))
                     return -ENOMEM;
                 i += pl;
-            } else if (eng__buf_add(out, s + i++, 1)) {
+            } else if (ut_buf_add(out, s + i++, 1)) {
                 return -ENOMEM;
             }
         }
-        return eng__buf_add(out, "", 0);
+        return ut_buf_add(out, "", 0);
     }
     case TOK_NORM_SEQUENCE: {
-        struct tok_buf a = {0};
-        int rc = eng__buf_add(out, s, len);
+        ut_buf a = {0};
+        int rc = ut_buf_add(out, s, len);
         for (size_t i = 0; rc == 0 && i < n->n_items; i++) {
             a.n = 0;
-            rc = eng__buf_add(&a, out->p, out->n);
+            rc = ut_buf_add(&a, out->p, out->n);
             if (rc == 0)
                 rc = norm_one(&n->items[i], a.p, a.n, out);
         }
@@ -144,18 +144,18 @@ static int norm_one(const struct tok_norm *n, const char *s, size_t len, struct 
     }
     }
     if (len == 0)
-        return eng__buf_add(out, "", 0);
+        return ut_buf_add(out, "", 0);
     utf8proc_uint8_t *dst = NULL;
     utf8proc_ssize_t k = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)len, &dst,
                                       (utf8proc_option_t)opts);
     if (k < 0)
         return k == UTF8PROC_ERROR_NOMEM ? -ENOMEM : -EINVAL;
-    int rc = eng__buf_add(out, dst, (size_t)k);
+    int rc = ut_buf_add(out, dst, (size_t)k);
     free(dst);
     return rc;
 }
 
-int eng__norm_apply(const struct tok_norm *n, const char *s, size_t len, struct tok_buf *out)
+int eng__norm_apply(const struct tok_norm *n, const char *s, size_t len, ut_buf *out)
 {
     return norm_one(n, s, len, out);
 }
@@ -172,20 +172,20 @@ static const char gpt2_regex[] =
  * rewrites it the same way) use the White_Space property. */
 static pcre2_code *compile_regex(const char *pat, bool literal, char *err, size_t errlen)
 {
-    struct tok_buf b = {0};
+    ut_buf b = {0};
     int rc = 0;
     if (literal) {
-        rc = eng__buf_add(&b, pat, strlen(pat));
+        rc = ut_buf_add(&b, pat, strlen(pat));
     } else {
         for (const char *p = pat; *p && rc == 0; p++) {
             if (p[0] == '\\' && (p[1] == 's' || p[1] == 'S')) {
-                rc = eng__buf_add(&b, p[1] == 's' ? "\\p{White_Space}" : "\\P{White_Space}", 15);
+                rc = ut_buf_add(&b, p[1] == 's' ? "\\p{White_Space}" : "\\P{White_Space}", 15);
                 p++;
             } else if (p[0] == '\\' && p[1]) {
-                rc = eng__buf_add(&b, p, 2);
+                rc = ut_buf_add(&b, p, 2);
                 p++;
             } else {
-                rc = eng__buf_add(&b, p, 1);
+                rc = ut_buf_add(&b, p, 1);
             }
         }
     }
@@ -323,14 +323,8 @@ struct segs {
 
 static int seg_push(struct segs *s, size_t a, size_t b, bool match)
 {
-    if (s->n == s->cap) {
-        size_t c = s->cap ? s->cap * 2 : 32;
-        struct seg *v = realloc(s->v, c * sizeof *v);
-        if (!v)
-            return -ENOMEM;
-        s->v = v;
-        s->cap = c;
-    }
+    if (ut_grow((void **)&s->v, &s->cap, s->n + 1, sizeof *s->v, 32))
+        return -ENOMEM;
     s->v[s->n++] = (struct seg){a, b, match};
     return 0;
 }
@@ -457,10 +451,10 @@ static int pre_step(const struct tok_pre *p, const struct tok_pieces *in, struct
         int rc;
         if (p->type == TOK_PRE_BYTELEVEL && p->add_prefix_space && (n == 0 || s[0] != ' ')) {
             /* Each piece gets the space, as in both reference implementations. */
-            struct tok_buf b = {0};
-            rc = eng__buf_add(&b, " ", 1);
+            ut_buf b = {0};
+            rc = ut_buf_add(&b, " ", 1);
             if (!rc)
-                rc = eng__buf_add(&b, s, n);
+                rc = ut_buf_add(&b, s, n);
             if (!rc)
                 rc = split_into(p, b.p, b.n, out, cx);
             free(b.p);

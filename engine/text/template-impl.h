@@ -8,31 +8,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Appends never fail loudly: an allocation failure sets `oom`, later appends are
- * ignored, and the caller checks `oom` once at the end (the prompt buffer is a
- * per-request allocation that may be large, so it fails into an error value). */
-struct chat_buf {
-    char *p;      /* NUL-terminated while !oom */
-    size_t n;     /* bytes used, without the NUL */
-    size_t cap;
-    bool oom;
-};
+#include "util/buf.h"
 
-void eng__chat_buf_add(struct chat_buf *b, const char *s, size_t n);
-void eng__chat_buf_adds(struct chat_buf *b, const char *s);
-void eng__chat_buf_addc(struct chat_buf *b, char c);
-void eng__chat_buf_free(struct chat_buf *b);
+/* The output is built in a ut_buf whose appends are not checked one by one: an
+ * allocation failure sets `oom`, later appends are ignored, and the caller checks
+ * `oom` once at the end (the prompt buffer is a per-request allocation that may be
+ * large, so it fails into an error value). */
 
 /* Python's str(v) of the value json.loads() gives for `v`: a string as itself,
  * True/False/None, ints, float repr ("1.0", "1e-05", "1e+16"), lists and dicts
  * with repr()'d elements ("{'k': [1, 'it\'s']}" — single quotes unless the string
  * holds ' and no ", \n \t \r \\ and \xNN escapes, printable non-ASCII kept). */
-void eng__py_str(struct chat_buf *b, const json_t *v);
+void eng__py_str(ut_buf *b, const json_t *v);
 
 /* json.dumps(v, ensure_ascii=False) with the default separators ", " and ": ":
  * keys in the object's own order, non-ASCII kept, control characters as \u00XX,
  * numbers as Python prints them. */
-void eng__py_tojson(struct chat_buf *b, const json_t *v);
+void eng__py_tojson(ut_buf *b, const json_t *v);
 
 /* Python truthiness of the value json.loads() gives for `v` (NULL: undefined). */
 bool eng__py_truthy(const json_t *v);

@@ -14,50 +14,6 @@
 #include <string.h>
 #include <utf8proc.h>
 
-/* ---- the buffer ---------------------------------------------------------- */
-
-void eng__chat_buf_add(struct chat_buf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->cap - b->n <= n) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap - b->n <= n) {
-            if (cap > ((size_t)-1) / 2) {
-                b->oom = true;
-                return;
-            }
-            cap *= 2;
-        }
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-}
-
-void eng__chat_buf_adds(struct chat_buf *b, const char *s)
-{
-    eng__chat_buf_add(b, s, strlen(s));
-}
-
-void eng__chat_buf_addc(struct chat_buf *b, char c)
-{
-    eng__chat_buf_add(b, &c, 1);
-}
-
-void eng__chat_buf_free(struct chat_buf *b)
-{
-    free(b->p);
-    *b = (struct chat_buf){0};
-}
-
 /* ---- numbers ------------------------------------------------------------- */
 
 /* repr(float): the shortest digit string that reads back as the same double (the
@@ -65,18 +21,18 @@ void eng__chat_buf_free(struct chat_buf *b)
  * format_float_short() does for repr: exponent form when the decimal point sits
  * more than 16 digits right or 4 or more left of the first digit, and ".0" on
  * integral values. `json` selects json.dumps's names for the non-finite values. */
-static void py_float(struct chat_buf *b, double x, bool json)
+static void py_float(ut_buf *b, double x, bool json)
 {
     if (isnan(x)) {
-        eng__chat_buf_adds(b, json ? "NaN" : "nan");
+        ut_buf_adds(b, json ? "NaN" : "nan");
         return;
     }
     if (isinf(x)) {
-        eng__chat_buf_adds(b, x < 0 ? (json ? "-Infinity" : "-inf") : (json ? "Infinity" : "inf"));
+        ut_buf_adds(b, x < 0 ? (json ? "-Infinity" : "-inf") : (json ? "Infinity" : "inf"));
         return;
     }
     if (x == 0) {
-        eng__chat_buf_adds(b, signbit(x) ? "-0.0" : "0.0");
+        ut_buf_adds(b, signbit(x) ? "-0.0" : "0.0");
         return;
     }
     char tmp[48];
@@ -91,7 +47,7 @@ static void py_float(struct chat_buf *b, double x, bool json)
     size_t nd = 0;
     const char *s = tmp;
     if (*s == '-') {
-        eng__chat_buf_addc(b, '-');
+        ut_buf_addc(b, '-');
         s++;
     }
     for (; *s && *s != 'e'; s++)
@@ -104,35 +60,35 @@ static void py_float(struct chat_buf *b, double x, bool json)
     int decpt = exp10 + 1; /* digits d1d2… mean 0.d1d2… × 10^decpt */
 
     if (decpt <= -4 || decpt > 16) {
-        eng__chat_buf_addc(b, digits[0]);
+        ut_buf_addc(b, digits[0]);
         if (nd > 1) {
-            eng__chat_buf_addc(b, '.');
-            eng__chat_buf_add(b, digits + 1, nd - 1);
+            ut_buf_addc(b, '.');
+            ut_buf_add(b, digits + 1, nd - 1);
         }
         snprintf(tmp, sizeof tmp, "e%c%02d", exp10 < 0 ? '-' : '+', abs(exp10));
-        eng__chat_buf_adds(b, tmp);
+        ut_buf_adds(b, tmp);
     } else if (decpt <= 0) {
-        eng__chat_buf_adds(b, "0.");
+        ut_buf_adds(b, "0.");
         for (int i = 0; i < -decpt; i++)
-            eng__chat_buf_addc(b, '0');
-        eng__chat_buf_add(b, digits, nd);
+            ut_buf_addc(b, '0');
+        ut_buf_add(b, digits, nd);
     } else if ((size_t)decpt >= nd) {
-        eng__chat_buf_add(b, digits, nd);
+        ut_buf_add(b, digits, nd);
         for (size_t i = nd; i < (size_t)decpt; i++)
-            eng__chat_buf_addc(b, '0');
-        eng__chat_buf_adds(b, ".0");
+            ut_buf_addc(b, '0');
+        ut_buf_adds(b, ".0");
     } else {
-        eng__chat_buf_add(b, digits, (size_t)decpt);
-        eng__chat_buf_addc(b, '.');
-        eng__chat_buf_add(b, digits + decpt, nd - (size_t)decpt);
+        ut_buf_add(b, digits, (size_t)decpt);
+        ut_buf_addc(b, '.');
+        ut_buf_add(b, digits + decpt, nd - (size_t)decpt);
     }
 }
 
-static void py_int(struct chat_buf *b, json_int_t i)
+static void py_int(ut_buf *b, json_int_t i)
 {
     char tmp[32];
     int n = snprintf(tmp, sizeof tmp, "%" JSON_INTEGER_FORMAT, i);
-    eng__chat_buf_add(b, tmp, (size_t)n);
+    ut_buf_add(b, tmp, (size_t)n);
 }
 
 /* ---- strings ------------------------------------------------------------- */
@@ -154,12 +110,12 @@ static bool py_printable(int32_t cp)
 }
 
 /* repr(str), after CPython's unicode_repr(). */
-static void py_repr_str(struct chat_buf *b, const char *s, size_t n)
+static void py_repr_str(ut_buf *b, const char *s, size_t n)
 {
     char quote = '\'';
     if (memchr(s, '\'', n) && !memchr(s, '"', n))
         quote = '"';
-    eng__chat_buf_addc(b, quote);
+    ut_buf_addc(b, quote);
     char tmp[16];
     size_t i = 0;
     while (i < n) {
@@ -167,19 +123,19 @@ static void py_repr_str(struct chat_buf *b, const char *s, size_t n)
         if (c < 0x80) {
             i++;
             if (c == (unsigned char)quote || c == '\\') {
-                eng__chat_buf_addc(b, '\\');
-                eng__chat_buf_addc(b, (char)c);
+                ut_buf_addc(b, '\\');
+                ut_buf_addc(b, (char)c);
             } else if (c == '\t') {
-                eng__chat_buf_adds(b, "\\t");
+                ut_buf_adds(b, "\\t");
             } else if (c == '\n') {
-                eng__chat_buf_adds(b, "\\n");
+                ut_buf_adds(b, "\\n");
             } else if (c == '\r') {
-                eng__chat_buf_adds(b, "\\r");
+                ut_buf_adds(b, "\\r");
             } else if (c < ' ' || c == 0x7f) {
                 snprintf(tmp, sizeof tmp, "\\x%02x", c);
-                eng__chat_buf_adds(b, tmp);
+                ut_buf_adds(b, tmp);
             } else {
-                eng__chat_buf_addc(b, (char)c);
+                ut_buf_addc(b, (char)c);
             }
             continue;
         }
@@ -187,12 +143,12 @@ static void py_repr_str(struct chat_buf *b, const char *s, size_t n)
         utf8proc_ssize_t len = utf8proc_iterate((const utf8proc_uint8_t *)s + i,
                                                 (utf8proc_ssize_t)(n - i), &cp);
         if (len <= 0) { /* not UTF-8: jansson never gives us this; pass it through */
-            eng__chat_buf_addc(b, (char)c);
+            ut_buf_addc(b, (char)c);
             i++;
             continue;
         }
         if (py_printable(cp)) {
-            eng__chat_buf_add(b, s + i, (size_t)len);
+            ut_buf_add(b, s + i, (size_t)len);
         } else {
             if (cp <= 0xff)
                 snprintf(tmp, sizeof tmp, "\\x%02x", (unsigned)cp);
@@ -200,17 +156,17 @@ static void py_repr_str(struct chat_buf *b, const char *s, size_t n)
                 snprintf(tmp, sizeof tmp, "\\u%04x", (unsigned)cp);
             else
                 snprintf(tmp, sizeof tmp, "\\U%08x", (unsigned)cp);
-            eng__chat_buf_adds(b, tmp);
+            ut_buf_adds(b, tmp);
         }
         i += (size_t)len;
     }
-    eng__chat_buf_addc(b, quote);
+    ut_buf_addc(b, quote);
 }
 
 /* json.dumps's string form with ensure_ascii=False (py_encode_basestring). */
-static void json_str(struct chat_buf *b, const char *s, size_t n)
+static void json_str(ut_buf *b, const char *s, size_t n)
 {
-    eng__chat_buf_addc(b, '"');
+    ut_buf_addc(b, '"');
     size_t run = 0; /* bytes copied verbatim, flushed in one append */
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
@@ -234,36 +190,42 @@ static void json_str(struct chat_buf *b, const char *s, size_t n)
             run++;
             continue;
         }
-        eng__chat_buf_add(b, s + i - run, run);
+        ut_buf_add(b, s + i - run, run);
         run = 0;
-        eng__chat_buf_adds(b, esc);
+        ut_buf_adds(b, esc);
     }
-    eng__chat_buf_add(b, s + n - run, run);
-    eng__chat_buf_addc(b, '"');
+    ut_buf_add(b, s + n - run, run);
+    ut_buf_addc(b, '"');
 }
 
 /* ---- values -------------------------------------------------------------- */
 
-static void py_repr(struct chat_buf *b, const json_t *v);
+static void py_repr(ut_buf *b, const json_t *v);
 
-static void py_container(struct chat_buf *b, const json_t *v, bool json)
+/* A value inside a container: json.dumps() writes it as JSON, str() as repr(). */
+static void py_elem(ut_buf *b, const json_t *e, bool json)
+{
+    if (json)
+        eng__py_tojson(b, e);
+    else
+        py_repr(b, e);
+}
+
+static void py_container(ut_buf *b, const json_t *v, bool json)
 {
     size_t i = 0;
     if (json_is_array(v)) {
-        eng__chat_buf_addc(b, '[');
+        ut_buf_addc(b, '[');
         const json_t *e;
         json_array_foreach(v, i, e) {
             if (i)
-                eng__chat_buf_adds(b, ", ");
-            if (json)
-                eng__py_tojson(b, e);
-            else
-                py_repr(b, e);
+                ut_buf_adds(b, ", ");
+            py_elem(b, e, json);
         }
-        eng__chat_buf_addc(b, ']');
+        ut_buf_addc(b, ']');
         return;
     }
-    eng__chat_buf_addc(b, '{');
+    ut_buf_addc(b, '{');
     const char *k;
     size_t klen;
     json_t *e;
@@ -271,21 +233,18 @@ static void py_container(struct chat_buf *b, const json_t *v, bool json)
      * both keep the first position and the last value. */
     json_object_keylen_foreach((json_t *)v, k, klen, e) {
         if (i++)
-            eng__chat_buf_adds(b, ", ");
+            ut_buf_adds(b, ", ");
         if (json)
             json_str(b, k, klen);
         else
             py_repr_str(b, k, klen);
-        eng__chat_buf_adds(b, ": ");
-        if (json)
-            eng__py_tojson(b, e);
-        else
-            py_repr(b, e);
+        ut_buf_adds(b, ": ");
+        py_elem(b, e, json);
     }
-    eng__chat_buf_addc(b, '}');
+    ut_buf_addc(b, '}');
 }
 
-static void py_repr(struct chat_buf *b, const json_t *v)
+static void py_repr(ut_buf *b, const json_t *v)
 {
     if (json_is_string(v))
         py_repr_str(b, json_string_value(v), json_string_length(v));
@@ -293,61 +252,42 @@ static void py_repr(struct chat_buf *b, const json_t *v)
         eng__py_str(b, v);
 }
 
-void eng__py_str(struct chat_buf *b, const json_t *v)
+/* Python's str(v) (json false) or json.dumps(v) (json true): the two differ only
+ * in how strings, floats, containers and the three constants are spelled. */
+static void py_value(ut_buf *b, const json_t *v, bool json)
 {
     switch (json_typeof(v)) {
     case JSON_STRING:
-        eng__chat_buf_add(b, json_string_value(v), json_string_length(v));
+        if (json)
+            json_str(b, json_string_value(v), json_string_length(v));
+        else
+            ut_buf_add(b, json_string_value(v), json_string_length(v));
         break;
     case JSON_INTEGER:
         py_int(b, json_integer_value(v));
         break;
     case JSON_REAL:
-        py_float(b, json_real_value(v), false);
+        py_float(b, json_real_value(v), json);
         break;
     case JSON_TRUE:
-        eng__chat_buf_adds(b, "True");
+        ut_buf_adds(b, json ? "true" : "True");
         break;
     case JSON_FALSE:
-        eng__chat_buf_adds(b, "False");
+        ut_buf_adds(b, json ? "false" : "False");
         break;
     case JSON_NULL:
-        eng__chat_buf_adds(b, "None");
+        ut_buf_adds(b, json ? "null" : "None");
         break;
     case JSON_ARRAY:
     case JSON_OBJECT:
-        py_container(b, v, false);
+        py_container(b, v, json);
         break;
     }
 }
 
-void eng__py_tojson(struct chat_buf *b, const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_STRING:
-        json_str(b, json_string_value(v), json_string_length(v));
-        break;
-    case JSON_INTEGER:
-        py_int(b, json_integer_value(v));
-        break;
-    case JSON_REAL:
-        py_float(b, json_real_value(v), true);
-        break;
-    case JSON_TRUE:
-        eng__chat_buf_adds(b, "true");
-        break;
-    case JSON_FALSE:
-        eng__chat_buf_adds(b, "false");
-        break;
-    case JSON_NULL:
-        eng__chat_buf_adds(b, "null");
-        break;
-    case JSON_ARRAY:
-    case JSON_OBJECT:
-        py_container(b, v, true);
-        break;
-    }
-}
+void eng__py_str(ut_buf *b, const json_t *v) { py_value(b, v, false); }
+
+void eng__py_tojson(ut_buf *b, const json_t *v) { py_value(b, v, true); }
 
 bool eng__py_truthy(const json_t *v)
 {

@@ -81,9 +81,9 @@ static struct str str_rstrip_nl(struct str s)
     return s;
 }
 
-static void add(struct chat_buf *b, struct str s)
+static void add(ut_buf *b, struct str s)
 {
-    eng__chat_buf_add(b, s.p, s.n);
+    ut_buf_add(b, s.p, s.n);
 }
 
 /* ---- the request, mapped ------------------------------------------------- */
@@ -107,7 +107,7 @@ struct ctx {
     const struct eng_chat_params *p;
     struct msg *m;
     size_t n;
-    struct chat_buf out;
+    ut_buf out;
     char *err;
     size_t errlen;
     char *param;
@@ -169,8 +169,8 @@ static bool role_parse(const json_t *v, enum role *out)
  * cannot be given to this text-only model: refused, naming the part. */
 static void join_parts(struct ctx *c, size_t i, struct msg *m)
 {
-    struct chat_buf b = {0};
-    eng__chat_buf_add(&b, "", 0); /* "" for an empty array, not NULL */
+    ut_buf b = {0};
+    ut_buf_add(&b, "", 0); /* "" for an empty array, not NULL */
     size_t j;
     const json_t *part;
     json_array_foreach(m->content, j, part) {
@@ -179,14 +179,14 @@ static void join_parts(struct ctx *c, size_t i, struct msg *m)
             strcmp(json_string_value(json_object_get(part, "type")), "text") != 0 ||
             !json_is_string(text)) {
             fail(c, "only text content parts are supported", "messages[%zu].content[%zu]", i, j);
-            eng__chat_buf_free(&b);
+            ut_buf_free(&b);
             return;
         }
         add(&b, str_of(text));
     }
     if (b.oom) {
         fail(c, "out of memory", NULL);
-        eng__chat_buf_free(&b);
+        ut_buf_free(&b);
         return;
     }
     m->joined = b.p;
@@ -314,22 +314,22 @@ static void unmap_messages(struct ctx *c)
 /* The `tools` block's system turn (template lines 1-21). */
 static void render_system_with_tools(struct ctx *c)
 {
-    struct chat_buf defs = {0};
-    eng__chat_buf_adds(&defs, TOOLS_HEAD);
+    ut_buf defs = {0};
+    ut_buf_adds(&defs, TOOLS_HEAD);
     size_t i;
     const json_t *tool;
     json_array_foreach(c->p->tools, i, tool) {
-        eng__chat_buf_addc(&defs, '\n');
+        ut_buf_addc(&defs, '\n');
         eng__py_tojson(&defs, tool);
     }
-    eng__chat_buf_adds(&defs, TOOLS_TAIL);
+    ut_buf_adds(&defs, TOOLS_TAIL);
     if (defs.oom) {
         fail(c, "out of memory", NULL);
         goto out;
     }
     struct str d = {defs.p, defs.n};
 
-    eng__chat_buf_adds(&c->out, "<|im_start|>system\n");
+    ut_buf_adds(&c->out, "<|im_start|>system\n");
     if (c->m[0].role == ROLE_SYSTEM) {
         /* `'<tool_def_sep>' in content` and `content + '\n\n'` raise on anything but a
          * string (None, undefined). */
@@ -342,7 +342,7 @@ static void render_system_with_tools(struct ctx *c)
         if (str_find(s, sep)) { /* content.replace(sep, tool_definitions): every one */
             const char *hit;
             while ((hit = str_find(s, sep))) {
-                eng__chat_buf_add(&c->out, s.p, (size_t)(hit - s.p));
+                ut_buf_add(&c->out, s.p, (size_t)(hit - s.p));
                 add(&c->out, d);
                 s.n -= (size_t)(hit - s.p) + sep.n;
                 s.p = hit + sep.n;
@@ -350,15 +350,15 @@ static void render_system_with_tools(struct ctx *c)
             add(&c->out, s);
         } else {
             add(&c->out, s);
-            eng__chat_buf_adds(&c->out, "\n\n");
+            ut_buf_adds(&c->out, "\n\n");
             add(&c->out, d);
         }
     } else {
         add(&c->out, d); /* tool_definitions.lstrip(): it starts with "#" */
     }
-    eng__chat_buf_adds(&c->out, "<|im_end|>\n");
+    ut_buf_adds(&c->out, "<|im_end|>\n");
 out:
-    eng__chat_buf_free(&defs);
+    ut_buf_free(&defs);
 }
 
 /* One tool call as the template's last tool-call loop prints it. */
@@ -369,11 +369,11 @@ static void render_call(struct ctx *c, size_t i, size_t j)
     const json_t *t = call_target(call, &via_function);
     bool obj = json_is_object(t);
 
-    eng__chat_buf_adds(&c->out, "<function name=\"");
+    ut_buf_adds(&c->out, "<function name=\"");
     const json_t *name = obj ? json_object_get(t, "name") : NULL;
     if (name) /* `~` prints str(value); undefined prints nothing */
         eng__py_str(&c->out, name);
-    eng__chat_buf_adds(&c->out, "\">");
+    ut_buf_adds(&c->out, "\">");
 
     const json_t *args = c->m[i].args[j];
     if (!args)
@@ -388,23 +388,23 @@ static void render_call(struct ctx *c, size_t i, size_t j)
         size_t klen;
         json_t *v;
         json_object_keylen_foreach((json_t *)args, k, klen, v) {
-            eng__chat_buf_adds(&c->out, "<param name=\"");
-            eng__chat_buf_add(&c->out, k, klen);
-            eng__chat_buf_adds(&c->out, "\">");
+            ut_buf_adds(&c->out, "<param name=\"");
+            ut_buf_add(&c->out, k, klen);
+            ut_buf_adds(&c->out, "\">");
             struct str s = json_is_string(v) ? str_of(v) : (struct str){"", 0};
             if (json_is_string(v) && (memchr(s.p, '<', s.n) || memchr(s.p, '&', s.n) ||
                                       memchr(s.p, '\n', s.n))) {
                 /* No escaping of "]]>" inside: the template does none. */
-                eng__chat_buf_adds(&c->out, "<![CDATA[");
+                ut_buf_adds(&c->out, "<![CDATA[");
                 add(&c->out, s);
-                eng__chat_buf_adds(&c->out, "]]>");
+                ut_buf_adds(&c->out, "]]>");
             } else {
                 eng__py_str(&c->out, v);
             }
-            eng__chat_buf_adds(&c->out, "</param>");
+            ut_buf_adds(&c->out, "</param>");
         }
     }
-    eng__chat_buf_adds(&c->out, "</function>");
+    ut_buf_adds(&c->out, "</function>");
 }
 
 /* An assistant turn (template lines 43-151). */
@@ -441,14 +441,14 @@ static void render_assistant(struct ctx *c, size_t i)
             content.n = (size_t)(sep - content.p);
     }
 
-    eng__chat_buf_adds(&c->out, "<|im_start|>assistant\n");
+    ut_buf_adds(&c->out, "<|im_start|>assistant\n");
     if (reasoning.n) {
-        eng__chat_buf_adds(&c->out, "<think>\n");
+        ut_buf_adds(&c->out, "<think>\n");
         add(&c->out, str_lstrip_nl(str_rstrip_nl(reasoning)));
-        eng__chat_buf_adds(&c->out, "\n</think>\n\n");
+        ut_buf_adds(&c->out, "\n</think>\n\n");
         add(&c->out, str_lstrip_nl(content));
     } else if (!str_find(content, think) && !str_find(content, unthink)) {
-        eng__chat_buf_adds(&c->out, "<think>\n\n</think>\n\n");
+        ut_buf_adds(&c->out, "<think>\n\n</think>\n\n");
         add(&c->out, str_lstrip_nl(content));
     } else {
         add(&c->out, content);
@@ -457,10 +457,10 @@ static void render_assistant(struct ctx *c, size_t i)
     for (size_t j = 0; m->calls && j < json_array_size(m->calls) && !c->failed; j++) {
         /* `(loop.first and content) or not loop.first`: content before lstrip. */
         if (j > 0 || content.n)
-            eng__chat_buf_addc(&c->out, '\n');
+            ut_buf_addc(&c->out, '\n');
         render_call(c, i, j);
     }
-    eng__chat_buf_adds(&c->out, "<|im_end|>\n");
+    ut_buf_adds(&c->out, "<|im_end|>\n");
 }
 
 /* A tool result; consecutive ones share one user turn (template lines 152-166). */
@@ -468,8 +468,8 @@ static void render_tool(struct ctx *c, size_t i)
 {
     const struct msg *m = &c->m[i];
     if (i == 0 || c->m[i - 1].role != ROLE_TOOL)
-        eng__chat_buf_adds(&c->out, "<|im_start|>user");
-    eng__chat_buf_adds(&c->out, "\n<tool_response>\n");
+        ut_buf_adds(&c->out, "<|im_start|>user");
+    ut_buf_adds(&c->out, "\n<tool_response>\n");
     if (m->is_str) {
         add(&c->out, m->text);
     } else if (m->content) {
@@ -478,15 +478,15 @@ static void render_tool(struct ctx *c, size_t i)
         fail(c, "a tool message needs content", "messages[%zu].content", i);
         return;
     }
-    eng__chat_buf_adds(&c->out, "\n</tool_response>");
+    ut_buf_adds(&c->out, "\n</tool_response>");
     if (i + 1 == c->n || c->m[i + 1].role != ROLE_TOOL)
-        eng__chat_buf_adds(&c->out, "<|im_end|>\n");
+        ut_buf_adds(&c->out, "<|im_end|>\n");
 }
 
 static void render(struct ctx *c)
 {
     const struct eng_chat_params *p = c->p;
-    eng__chat_buf_adds(&c->out, p->bos_token ? p->bos_token : "");
+    ut_buf_adds(&c->out, p->bos_token ? p->bos_token : "");
 
     if (eng__py_truthy(p->tools)) {
         render_system_with_tools(c);
@@ -495,9 +495,9 @@ static void render(struct ctx *c)
             fail(c, "the first system message's content must be a string", "messages[0].content");
             return;
         }
-        eng__chat_buf_adds(&c->out, "<|im_start|>system\n");
+        ut_buf_adds(&c->out, "<|im_start|>system\n");
         add(&c->out, c->m[0].text);
-        eng__chat_buf_adds(&c->out, "<|im_end|>\n");
+        ut_buf_adds(&c->out, "<|im_end|>\n");
     }
 
     /* (The template's reverse loop computes ns.last_query_index, which the 2B
@@ -510,12 +510,12 @@ static void render(struct ctx *c)
                 break; /* already printed above */
             /* fall through */
         case ROLE_USER:
-            eng__chat_buf_adds(&c->out, "<|im_start|>");
-            eng__chat_buf_adds(&c->out, role_names[m->role]);
-            eng__chat_buf_addc(&c->out, '\n');
+            ut_buf_adds(&c->out, "<|im_start|>");
+            ut_buf_adds(&c->out, role_names[m->role]);
+            ut_buf_addc(&c->out, '\n');
             if (m->is_str)
                 add(&c->out, m->text);
-            eng__chat_buf_adds(&c->out, "<|im_end|>\n");
+            ut_buf_adds(&c->out, "<|im_end|>\n");
             break;
         case ROLE_ASSISTANT:
             render_assistant(c, i);
@@ -527,11 +527,11 @@ static void render(struct ctx *c)
     }
 
     if (p->add_generation_prompt) {
-        eng__chat_buf_adds(&c->out, "<|im_start|>assistant\n");
+        ut_buf_adds(&c->out, "<|im_start|>assistant\n");
         if (p->thinking == ENG_THINKING_OFF)
-            eng__chat_buf_adds(&c->out, "<think>\n\n</think>\n\n");
+            ut_buf_adds(&c->out, "<think>\n\n</think>\n\n");
         else if (p->thinking == ENG_THINKING_ON)
-            eng__chat_buf_adds(&c->out, "<think>\n");
+            ut_buf_adds(&c->out, "<think>\n");
     }
 }
 
@@ -554,7 +554,7 @@ char *eng_chat_render(const struct eng_chat_params *p, char *err, size_t errlen,
         fail(&c, "a string in the request contains a NUL character", NULL);
     unmap_messages(&c);
     if (c.failed) {
-        eng__chat_buf_free(&c.out);
+        ut_buf_free(&c.out);
         return NULL;
     }
     return c.out.p;

@@ -6,6 +6,7 @@
 #define MINICPMD_ENGINE_TOK_IMPL_H
 
 #include "engine/tokenizer.h"
+#include "util/buf.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -41,11 +42,6 @@ struct tok_ids {
 };
 int eng__ids_push(struct tok_ids *ids, int32_t id);
 
-struct tok_buf {
-    char *p;
-    size_t n, cap;
-};
-int eng__buf_add(struct tok_buf *b, const void *s, size_t n);
 
 /* ---- UTF-8 (pretok.c) ---------------------------------------------------- */
 
@@ -56,7 +52,7 @@ size_t eng__utf8_valid_prefix(const char *s, size_t n);
  * the WHATWG "UTF-8 decode" (TextDecoder, fatal=false) does: one U+FFFD per maximal
  * subpart. With `hold` set, an incomplete but so-far-valid sequence at the very end
  * is not replaced: its length is returned in *held (the caller keeps those bytes). */
-int eng__utf8_repair(struct tok_buf *out, const char *s, size_t n, bool hold, size_t *held);
+int eng__utf8_repair(ut_buf *out, const char *s, size_t n, bool hold, size_t *held);
 
 /* Decode one code point from valid UTF-8; returns its length. */
 int eng__utf8_next(const char *s, size_t n, int32_t *cp);
@@ -119,7 +115,7 @@ void eng__pre_free(struct tok_pre *p);
 bool eng__pre_ends_bytelevel(const struct tok_pre *p);
 
 /* Normalize s (valid UTF-8) into out (cleared first). */
-int eng__norm_apply(const struct tok_norm *n, const char *s, size_t len, struct tok_buf *out);
+int eng__norm_apply(const struct tok_norm *n, const char *s, size_t len, ut_buf *out);
 
 /* Pre-tokenize s (valid UTF-8) into pieces of raw bytes in `out`; `tmp` is scratch.
  * The ByteLevel step is the identity on bytes here: the vocabulary is stored as raw

@@ -34,7 +34,7 @@ static int fail(char *err, size_t errlen, const char *path, const char *fmt, ...
 
 /* The byte-level spelling of a vocab string back to raw bytes; false when a
  * character is not in the GPT-2 byte alphabet. */
-static bool bytelevel_to_raw(const char *s, size_t n, struct tok_buf *out)
+static bool bytelevel_to_raw(const char *s, size_t n, ut_buf *out)
 {
     out->n = 0;
     for (size_t i = 0; i < n;) {
@@ -42,10 +42,10 @@ static bool bytelevel_to_raw(const char *s, size_t n, struct tok_buf *out)
         i += (size_t)eng__utf8_next(s + i, n - i, &cp);
         int b = cp < 0 ? -1 : eng__unicode_to_byte((uint32_t)cp);
         char c = (char)b;
-        if (b < 0 || eng__buf_add(out, &c, 1))
+        if (b < 0 || ut_buf_add(out, &c, 1))
             return false;
     }
-    return eng__buf_add(out, "", 0) == 0;
+    return ut_buf_add(out, "", 0) == 0;
 }
 
 void eng_tokenizer_free(eng_tokenizer *t)
@@ -138,7 +138,7 @@ static bool merge_parts(const json_t *m, const char **a, size_t *al, const char 
 static int load_merges(eng_tokenizer *t, const json_t *merges, const char *path, char *err,
                        size_t errlen)
 {
-    struct tok_buf ra = {0}, rb = {0}, rab = {0};
+    ut_buf ra = {0}, rb = {0}, rab = {0};
     int rc = 0;
     size_t i;
     json_t *m;
@@ -157,7 +157,7 @@ static int load_merges(eng_tokenizer *t, const json_t *merges, const char *path,
             continue;
         }
         rab.n = 0;
-        if (eng__buf_add(&rab, ra.p, ra.n) || eng__buf_add(&rab, rb.p, rb.n)) {
+        if (ut_buf_add(&rab, ra.p, ra.n) || ut_buf_add(&rab, rb.p, rb.n)) {
             rc = -ENOMEM;
             break;
         }
@@ -222,7 +222,7 @@ static int load_model(eng_tokenizer *t, const json_t *root, const char *path, ch
     if (!t->tok || !t->tok_len || !t->is_special || !t->is_added || !t->bpe_tok)
         return -ENOMEM;
 
-    struct tok_buf raw = {0};
+    ut_buf raw = {0};
     json_object_foreach((json_t *)vocab, key, v) {
         int32_t id = (int32_t)json_integer_value(v);
         if (t->tok[id])

@@ -9,35 +9,9 @@
 
 /* ==== growable buffers ==================================================== */
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    size_t c = *cap ? *cap : 16;
-    while (c < need)
-        c *= 2;
-    void *q = realloc(*p, c * elem);
-    if (!q)
-        return -ENOMEM;
-    *p = q;
-    *cap = c;
-    return 0;
-}
-
-int eng__buf_add(struct tok_buf *b, const void *s, size_t n)
-{
-    if (grow((void **)&b->p, &b->cap, b->n + n + 1, 1))
-        return -ENOMEM;
-    if (n)
-        memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-    return 0;
-}
-
 int eng__ids_push(struct tok_ids *ids, int32_t id)
 {
-    if (grow((void **)&ids->v, &ids->cap, ids->n + 1, sizeof *ids->v))
+    if (ut_grow((void **)&ids->v, &ids->cap, ids->n + 1, sizeof *ids->v, 16))
         return -ENOMEM;
     ids->v[ids->n++] = id;
     return 0;
@@ -45,7 +19,7 @@ int eng__ids_push(struct tok_ids *ids, int32_t id)
 
 int eng__pieces_append(struct tok_pieces *p, const char *s, size_t n)
 {
-    if (grow((void **)&p->buf, &p->cap, p->len + n, 1))
+    if (ut_grow((void **)&p->buf, &p->cap, p->len + n, 1, 16))
         return -ENOMEM;
     if (n)
         memcpy(p->buf + p->len, s, n);
@@ -56,7 +30,7 @@ int eng__pieces_append(struct tok_pieces *p, const char *s, size_t n)
 
 int eng__pieces_add(struct tok_pieces *p, const char *s, size_t n)
 {
-    if (grow((void **)&p->v, &p->vcap, p->n + 1, sizeof *p->v))
+    if (ut_grow((void **)&p->v, &p->vcap, p->n + 1, sizeof *p->v, 16))
         return -ENOMEM;
     p->v[p->n++] = (struct tok_span){p->len, 0};
     return eng__pieces_append(p, s, n);
@@ -133,7 +107,7 @@ size_t eng__utf8_valid_prefix(const char *str, size_t n)
     return n;
 }
 
-int eng__utf8_repair(struct tok_buf *out, const char *str, size_t n, bool hold, size_t *held)
+int eng__utf8_repair(ut_buf *out, const char *str, size_t n, bool hold, size_t *held)
 {
     static const char fffd[] = "\xEF\xBF\xBD";
     const unsigned char *s = (const unsigned char *)str;
@@ -141,7 +115,7 @@ int eng__utf8_repair(struct tok_buf *out, const char *str, size_t n, bool hold, 
     if (held)
         *held = 0;
     if (n == 0)
-        return eng__buf_add(out, "", 0);
+        return ut_buf_add(out, "", 0);
     while (i < n) {
         if (s[i] < 0x80) {
             i++;
@@ -152,19 +126,19 @@ int eng__utf8_repair(struct tok_buf *out, const char *str, size_t n, bool hold, 
             i += (size_t)k;
             continue;
         }
-        if (eng__buf_add(out, str + run, i - run))
+        if (ut_buf_add(out, str + run, i - run))
             return -ENOMEM;
         if (k == 0 && hold) {
             if (held)
                 *held = n - i;
             return 0;
         }
-        if (eng__buf_add(out, fffd, 3))
+        if (ut_buf_add(out, fffd, 3))
             return -ENOMEM;
         i = k == 0 ? n : i + (size_t)-k;
         run = i;
     }
-    return eng__buf_add(out, str + run, n - run);
+    return ut_buf_add(out, str + run, n - run);
 }
 
 int eng__utf8_next(const char *str, size_t n, int32_t *cp)

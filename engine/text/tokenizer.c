@@ -60,7 +60,7 @@ int eng__matcher_build(struct tok_matcher *m, struct tok_added *tokens, size_t n
         struct tok_match_entry *e = &m->v[m->n++];
         *e = (struct tok_match_entry){t->content, t->len, t, NULL, i};
         if (normalized) {
-            struct tok_buf b = {0};
+            ut_buf b = {0};
             if (eng__norm_apply(norm, t->content, t->len, &b) || !b.p) {
                 free(b.p);
                 eng__matcher_free(m);
@@ -172,14 +172,8 @@ struct sections {
 
 static int sec_push(struct sections *s, size_t off, size_t len, const struct tok_added *tk)
 {
-    if (s->n == s->cap) {
-        size_t c = s->cap ? s->cap * 2 : 16;
-        struct section *v = realloc(s->v, c * sizeof *v);
-        if (!v)
-            return -ENOMEM;
-        s->v = v;
-        s->cap = c;
-    }
+    if (ut_grow((void **)&s->v, &s->cap, s->n + 1, sizeof *s->v, 16))
+        return -ENOMEM;
     s->v[s->n++] = (struct section){off, len, tk ? tk->id : -1, tk};
     return 0;
 }
@@ -245,7 +239,7 @@ struct enc {
     const eng_tokenizer *t;
     bool special;
     struct tok_ids ids;
-    struct tok_buf norm;
+    ut_buf norm;
     struct tok_pieces pieces, tmp;
     struct sections sub;
 };
@@ -286,7 +280,7 @@ int eng_tokenizer_encode(const eng_tokenizer *t, const char *text, size_t len, b
                          int32_t **ids)
 {
     struct enc e = {.t = t, .special = special};
-    struct tok_buf fixed = {0};
+    ut_buf fixed = {0};
     struct sections top = {0};
     int rc = 0;
     *ids = NULL;
@@ -342,13 +336,13 @@ int32_t eng_tokenizer_token_id(const eng_tokenizer *t, const char *token)
         if (t->added[i].len == n && memcmp(t->added[i].content, token, n) == 0)
             return t->added[i].id;
     /* Vocab strings are given in their byte-level spelling ("Ġthe"). */
-    struct tok_buf raw = {0};
+    ut_buf raw = {0};
     for (size_t i = 0; i < n;) {
         int32_t cp;
         i += (size_t)eng__utf8_next(token + i, n - i, &cp);
         int b = cp < 0 ? -1 : eng__unicode_to_byte((uint32_t)cp);
         char c = (char)b;
-        if (b < 0 || eng__buf_add(&raw, &c, 1)) {
+        if (b < 0 || ut_buf_add(&raw, &c, 1)) {
             free(raw.p);
             return -1;
         }
@@ -384,8 +378,8 @@ char *eng_tokenizer_decode_len(const eng_tokenizer *t, const int32_t *ids, size_
     /* Like the reference's ByteLevel decoder: the bytes of a run of ordinary tokens
      * are decoded together (bad sequences -> U+FFFD); an added token ends the run
      * and stands for its content. Skipped special tokens do not end a run. */
-    struct tok_buf out = {0}, run = {0};
-    int rc = eng__buf_add(&out, "", 0);
+    ut_buf out = {0}, run = {0};
+    int rc = ut_buf_add(&out, "", 0);
     for (size_t i = 0; rc == 0 && i <= n; i++) {
         const char *b;
         size_t k = i < n ? eng_tokenizer_token_bytes(t, ids[i], skip_special, &b) : 0;
@@ -394,9 +388,9 @@ char *eng_tokenizer_decode_len(const eng_tokenizer *t, const int32_t *ids, size_
             rc = eng__utf8_repair(&out, run.p, run.n, false, NULL);
             run.n = 0;
             if (rc == 0 && added)
-                rc = eng__buf_add(&out, b, k);
+                rc = ut_buf_add(&out, b, k);
         } else if (k) {
-            rc = eng__buf_add(&run, b, k);
+            rc = ut_buf_add(&run, b, k);
         }
     }
     free(run.p);

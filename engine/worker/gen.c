@@ -44,6 +44,7 @@
  * it still fails each request ends at once in the same non-retryable device error
  * (the failure that left the device down). */
 #include "engine/worker/worker-impl.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -140,7 +141,7 @@ static enum step_rc run_step(struct gen *g, enum eng_phase phase, const int32_t 
 
 static void finish_timings(struct gen *g)
 {
-    int64_t now = eng__worker_now_us();
+    int64_t now = ut_now_us();
     int64_t prompt_end = g->t_prompt_done ? g->t_prompt_done : now;
     g->tm.prompt_ms = (double)(prompt_end - g->t_start) / 1e3;
     g->tm.prompt_tps = g->t_prompt_done && g->tm.prompt_ms > 0
@@ -303,7 +304,7 @@ static bool sample_token(struct gen *g)
         emit_error(g, len, false, false, "detokenizer: %s", strerror(-len));
         return true;
     }
-    struct eng_top_logprob top[ENG_GEN_MAX_TOP_LOGPROBS];
+    struct eng_top_logprob top[UT_MAX_TOP_LOGPROBS];
     struct eng_event ev = {.kind = ENG_EVENT_TOKEN, .req = r, .user = r->user};
     ev.token.id = id;
     ev.token.text = piece && len > 0 ? piece : "";
@@ -351,7 +352,7 @@ static enum step_rc turn(struct gen *g, bool *ended)
             if (want) {
                 g->have_logits = true;
                 if (!g->t_prompt_done)
-                    g->t_prompt_done = eng__worker_now_us();
+                    g->t_prompt_done = ut_now_us();
             }
         }
         return rc;
@@ -434,7 +435,7 @@ static int check_request(struct gen *g, char *msg, size_t len)
 void eng__worker_run(struct eng_worker *w, eng_gen_req *r)
 {
     struct gen g = {.w = w, .r = r, .n_prompt = r->n_prompt};
-    g.t_start = eng__worker_now_us();
+    g.t_start = ut_now_us();
     g.tm.queue_ms = (double)(g.t_start - r->t_submit_us) / 1e3;
     char msg[256];
     int rc;

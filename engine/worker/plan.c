@@ -1,5 +1,6 @@
 #include "engine/worker/plan.h"
 #include "engine/err.h"
+#include "util/defaults.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -132,7 +133,7 @@ int eng_kpolicy_init(struct eng_kpolicy *p, const struct eng_kpolicy_opts *o, ch
         } else {
             p->k = clamp_k(o->device_default_k, o->n_layers);
         }
-        p->max_retries = o->max_retries < 0 ? ENG_KPOLICY_DEFAULT_RETRIES : o->max_retries;
+        p->max_retries = o->max_retries < 0 ? UT_RUNLIST_RETRIES_DEFAULT : o->max_retries;
         break;
     default:
         return eng__fail(err, errlen, -EINVAL, "runlist policy: unknown mode %d", (int)o->mode);
@@ -173,7 +174,6 @@ enum eng_kverdict eng_kpolicy_failed(struct eng_kpolicy *p, int state)
     if (p->mode != ENG_KMODE_AUTO || !eng_kpolicy_adapts(state) || p->k <= 1)
         return ENG_KVERDICT_GIVE_UP;
     p->k = (p->k + 1) / 2;
-    p->halvings++;
     if (p->attempts - 1 >= p->max_retries)
         return ENG_KVERDICT_GIVE_UP;
     p->attempts++;

@@ -159,8 +159,6 @@ int eng_plan_prefill_chunk(int n_prompt, int chunk_tokens, int index,
  *   COMPLETED and values outside 1..11.
  * The worker resets the device after any failure either way. */
 
-/* Default max_retries: enough to go from 42 layers to K = 1 in one request. */
-#define ENG_KPOLICY_DEFAULT_RETRIES 6
 
 struct eng_kpolicy_opts {
     enum eng_kmode mode;
@@ -168,7 +166,7 @@ struct eng_kpolicy_opts {
     int n_layers;           /* 1 .. ENG_PLAN_MAX_LAYERS */
     int device_default_k;   /* AUTO: the device's default K; ENG_PLAN_ALL or <= 0 = all */
     int remembered_k;       /* AUTO: K from eng_kstate_load, 0 = none */
-    int max_retries;        /* AUTO: replays per request; < 0 = ENG_KPOLICY_DEFAULT_RETRIES */
+    int max_retries;        /* AUTO: replays per request; < 0 = UT_RUNLIST_RETRIES_DEFAULT */
 };
 
 enum eng_kverdict {
@@ -184,7 +182,6 @@ struct eng_kpolicy {
     int max_retries;        /* AUTO only; 0 for ALL/FIXED */
     int attempts;           /* tries of the current request so far (>= 1 once begun) */
     int remembered_k;       /* last K reported for saving (or loaded); 0 = none */
-    int halvings;           /* times K was halved since init (for logs/metrics) */
 };
 
 /* Returns 0, or -EINVAL (bad n_layers, FIXED with fixed_k < 1, unknown mode; the

@@ -7,6 +7,7 @@
  */
 #include "engine/err.h"
 #include "engine/worker/sample.h"
+#include "util/buf.h"
 
 #include <errno.h>
 #include <float.h>
@@ -160,8 +161,8 @@ static int cmp_id(const void *a, const void *b)
 
 /* Append the eos_token_id of one file (number, array of numbers, or absent) to
  * ids[*n..]; `cap` bounds the total. Each id must be a token: 0 <= id < n_vocab. */
-static int add_eos(const eng_pack *p, const char *name, int n_vocab, int32_t **ids, int *n,
-                   int *cap, char *err, size_t errlen)
+static int add_eos(const eng_pack *p, const char *name, int n_vocab, int32_t **ids, size_t *n,
+                   size_t *cap, char *err, size_t errlen)
 {
     char path[PATH_MAX];
     const char *dir = eng_pack_get_info(p)->dir;
@@ -193,15 +194,9 @@ static int add_eos(const eng_pack *p, const char *name, int n_vocab, int32_t **i
                            n_vocab - 1);
             goto out;
         }
-        if (*n == *cap) {
-            int ncap = *cap ? *cap * 2 : 8;
-            int32_t *grown = realloc(*ids, (size_t)ncap * sizeof **ids);
-            if (!grown) {
-                rc = eng__fail(err, errlen, -ENOMEM, "out of memory");
-                goto out;
-            }
-            *ids = grown;
-            *cap = ncap;
+        if (ut_grow((void **)ids, cap, *n + 1, sizeof **ids, 8)) {
+            rc = eng__fail(err, errlen, -ENOMEM, "out of memory");
+            goto out;
         }
         (*ids)[(*n)++] = (int32_t)x;
     }
@@ -214,15 +209,16 @@ int eng_pack_stop_ids(const eng_pack *p, int32_t *out, int max, char *err, size_
 {
     const struct eng_pack_info *info = eng_pack_get_info(p);
     int32_t *ids = NULL;
-    int n = 0, cap = 0, rc;
+    size_t n = 0, cap = 0;
+    int rc;
     if ((rc = add_eos(p, "generation_config.json", info->hp.n_vocab, &ids, &n, &cap, err,
                       errlen)) ||
         (rc = add_eos(p, "config.json", info->hp.n_vocab, &ids, &n, &cap, err, errlen)))
         goto out;
     if (n > 1)
-        qsort(ids, (size_t)n, sizeof *ids, cmp_id);
+        qsort(ids, n, sizeof *ids, cmp_id);
     int distinct = 0;
-    for (int i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++)
         if (i == 0 || ids[i] != ids[i - 1])
             ids[distinct++] = ids[i];
     if (distinct > max) {

@@ -123,8 +123,8 @@ static double uniform(uint64_t st[4]) { return (double)(xoshiro_next(st) >> 11) 
 
 /* Every weight is e^y with y = (logit - max) / temperature <= 0, computed in float
  * from + - * / only, so every IEEE machine gets the same bits, and four at a time
- * with GCC/clang vector extensions (SSE2 on x86-64, NEON on arm64), lane for lane
- * the same operations as the scalar version used for the tails.
+ * with GCC/clang vector extensions (SSE2 on x86-64, NEON on arm64); the scalar
+ * version used for the tails is one lane of the vector one.
  *
  * e^y = 2^k e^r with k = round(y / ln 2), r = y - k ln 2 (Cody-Waite: ln2_hi has
  * 16 significant bits, so k * ln2_hi is exact for |k| <= 127), e^r by its degree-6
@@ -136,28 +136,6 @@ static double uniform(uint64_t st[4]) { return (double)(xoshiro_next(st) >> 11) 
 #define W_LN2_HI 0.693145751953125f
 #define W_LN2_LO 1.428606765330187045e-06f /* ln 2 - W_LN2_HI, to float */
 #define W_ROUND 0x1.8p23f /* adding and subtracting it rounds to an integer */
-
-static inline float weight1(float y)
-{
-    if (!(y >= W_MIN_Y))
-        return 0.0f;
-    if (y > 0.0f)
-        y = 0.0f;
-    float k = (y * W_LOG2E + W_ROUND) - W_ROUND;
-    float r = (y - k * W_LN2_HI) - k * W_LN2_LO;
-    float p = 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    union {
-        uint32_t u;
-        float f;
-    } two_k = {.u = (uint32_t)(127 + (int32_t)k) << 23};
-    return p * two_k.f;
-}
 
 typedef float v4f __attribute__((vector_size(16)));
 typedef int32_t v4i __attribute__((vector_size(16)));
@@ -184,6 +162,13 @@ static inline v4f weight4(v4f y)
     p = p * r + 1.0f;
     v4f two_k = (v4f)((__builtin_convertvector(k, v4i) + 127) << 23);
     return v4_select(live, p * two_k, zero);
+}
+
+/* One lane of weight4: the scalar tails get the very same operations. */
+static inline float weight1(float y)
+{
+    v4f w = weight4((v4f){y, y, y, y});
+    return w[0];
 }
 
 /* ---- the chain's steps ------------------------------------------------------- */

@@ -21,7 +21,7 @@ struct eng_gen_req {
     int max_tokens;
     int32_t stop_ids[ENG_GEN_MAX_STOP_IDS];
     int n_stop_ids;
-    char *stop[ENG_GEN_MAX_STOP];
+    char *stop[UT_MAX_STOP];
     int n_stop;
     bool logprobs;
     int top_logprobs;
@@ -97,9 +97,6 @@ struct eng_worker {
 /* Log a formatted line through opts.log (if any). */
 void eng__worker_log(struct eng_worker *w, enum eng_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-
-/* Monotonic microseconds. */
-int64_t eng__worker_now_us(void);
 
 /* End every queued request that was cancelled: removed from the queue, one DONE
  * "cancelled" event each. Worker thread; called between runlists. */

@@ -18,6 +18,9 @@
  * "cancelled". Every final event is thus emitted on the worker thread, in order. */
 #include "engine/err.h"
 #include "engine/worker/worker-impl.h"
+#include "util/clock.h"
+#include "util/defaults.h"
+#include "util/msg.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -27,38 +30,26 @@
 #include <string.h>
 #include <time.h>
 
-#define DEFAULT_PREFILL_CHUNK 256
+/* The worker's log hook also takes a level: ut_vmsgf's one-argument callback
+ * carries it here. */
+struct log_to {
+    struct eng_worker *w;
+    enum eng_log_level level;
+};
 
-int64_t eng__worker_now_us(void)
+static void log_line(void *ctx, const char *line)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    struct log_to *to = ctx;
+    to->w->log(to->w->log_ctx, to->level, line);
 }
 
 void eng__worker_log(struct eng_worker *w, enum eng_log_level level, const char *fmt, ...)
 {
-    if (!w->log)
-        return;
-    char line[512];
+    struct log_to to = {w, level};
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
+    ut_vmsgf(w->log ? log_line : NULL, &to, fmt, ap);
     va_end(ap);
-    w->log(w->log_ctx, level, line);
-}
-
-const char *eng_finish_name(enum eng_finish f)
-{
-    switch (f) {
-    case ENG_FINISH_STOP:
-        return "stop";
-    case ENG_FINISH_LENGTH:
-        return "length";
-    case ENG_FINISH_CANCELLED:
-        return "cancelled";
-    }
-    return "unknown";
 }
 
 /* ---- requests ------------------------------------------------------------------ */
@@ -84,15 +75,15 @@ int eng_gen_req_new(const struct eng_gen_params *p, eng_gen_req **out, char *err
         (p->n_stop_ids && !p->stop_ids))
         return eng__fail(err, errlen, -EINVAL, "request: %d stop ids (0 .. %d)", p->n_stop_ids,
                          ENG_GEN_MAX_STOP_IDS);
-    if (p->n_stop < 0 || p->n_stop > ENG_GEN_MAX_STOP)
+    if (p->n_stop < 0 || p->n_stop > UT_MAX_STOP)
         return eng__fail(err, errlen, -EINVAL, "request: %d stop strings (0 .. %d)", p->n_stop,
-                         ENG_GEN_MAX_STOP);
+                         UT_MAX_STOP);
     for (int i = 0; i < p->n_stop; i++)
         if (!p->stop[i])
             return eng__fail(err, errlen, -EINVAL, "request: stop string %d is NULL", i);
-    if (p->top_logprobs < 0 || p->top_logprobs > ENG_GEN_MAX_TOP_LOGPROBS)
+    if (p->top_logprobs < 0 || p->top_logprobs > UT_MAX_TOP_LOGPROBS)
         return eng__fail(err, errlen, -EINVAL, "request: top_logprobs %d (0 .. %d)",
-                         p->top_logprobs, ENG_GEN_MAX_TOP_LOGPROBS);
+                         p->top_logprobs, UT_MAX_TOP_LOGPROBS);
     if (p->sampling.n_bias < 0 || (p->sampling.n_bias && !p->sampling.bias))
         return eng__fail(err, errlen, -EINVAL, "request: logit bias of %d entries",
                          p->sampling.n_bias);
@@ -185,7 +176,7 @@ int eng_worker_submit(eng_worker *w, eng_gen_req *r)
     } else {
         eng_gen_req_ref(r);
         atomic_store(&r->seq_no, ++w->next_seq_no);
-        r->t_submit_us = eng__worker_now_us();
+        r->t_submit_us = ut_now_us();
         w->ring[(w->head + w->count) % w->queue_size] = r;
         w->count++;
         atomic_store_explicit(&w->m.queue_depth, w->count, memory_order_relaxed);
@@ -224,7 +215,7 @@ void eng__worker_sweep(struct eng_worker *w)
     atomic_store_explicit(&w->m.queue_depth, w->count, memory_order_relaxed);
     pthread_mutex_unlock(&w->mu);
 
-    int64_t now = eng__worker_now_us();
+    int64_t now = ut_now_us();
     for (int i = 0; i < n; i++) {
         eng__worker_done_cancelled(w, w->swept[i], (double)(now - w->swept[i]->t_submit_us) / 1e3);
         eng_gen_req_free(w->swept[i]);
@@ -344,7 +335,7 @@ int eng_worker_new(struct eng_device *dev, const eng_pack *pack, const eng_token
         goto err;
     snprintf(w->device_name, sizeof w->device_name, "%s", eng_device_get_name(dev));
     int max_batch = eng_device_max_batch(dev);
-    w->prefill_chunk = o->prefill_chunk > 0 ? o->prefill_chunk : DEFAULT_PREFILL_CHUNK;
+    w->prefill_chunk = o->prefill_chunk > 0 ? o->prefill_chunk : UT_PREFILL_CHUNK_DEFAULT;
     w->prompt_cache = o->prompt_cache;
     if (max_batch > 0 && w->prefill_chunk > max_batch)
         w->prefill_chunk = max_batch;

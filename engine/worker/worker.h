@@ -43,8 +43,9 @@
 
 struct eng_worker_opts {
     int queue_size;             /* requests waiting (the running one not counted), >= 1 */
-    int prefill_chunk;          /* prompt tokens per chunk; <= 0: 256. Clamped to the
-                                   device's max batch */
+    int prefill_chunk;          /* prompt tokens per chunk; <= 0:
+                                   UT_PREFILL_CHUNK_DEFAULT. Clamped to the device's
+                                   max batch */
     bool prompt_cache;          /* start a prompt after the longest prefix it shares with
                                    the tokens in the KV cache (the previous request's
                                    prompt and output); its positions are not computed

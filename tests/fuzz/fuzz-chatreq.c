@@ -73,12 +73,12 @@ static void check_refusal(const struct api_bad_request *bad)
 
 static void check_request(const struct api_chat_req *r)
 {
-    if (r->n_stop < 0 || r->n_stop > API_CHAT_MAX_STOP || r->max_tokens < 0)
+    if (r->n_stop < 0 || r->n_stop > UT_MAX_STOP || r->max_tokens < 0)
         abort();
     for (int i = 0; i < r->n_stop; i++)
         if (r->stop[i].len == 0 || !r->stop[i].text)
             abort();
-    if (r->top_logprobs < 0 || r->top_logprobs > API_CHAT_MAX_TOP_LOGPROBS ||
+    if (r->top_logprobs < 0 || r->top_logprobs > UT_MAX_TOP_LOGPROBS ||
         (!r->logprobs && r->top_logprobs))
         abort();
     if (r->sampling.n_bias < 0 || (r->sampling.n_bias && !r->sampling.bias))

@@ -103,8 +103,8 @@ static char *stream(const eng_tokenizer *t, const int32_t *ids, size_t n, bool s
 {
     eng_detok *d = eng_detok_new(t, skip, stops, n_stops);
     CHECK(d);
-    struct tok_buf all = {0};
-    CHECK(eng__buf_add(&all, "", 0) == 0);
+    ut_buf all = {0};
+    CHECK(ut_buf_add(&all, "", 0) == 0);
     bool stopped = false;
     for (size_t i = 0; i <= n; i++) {
         char *piece = NULL;
@@ -113,7 +113,7 @@ static char *stream(const eng_tokenizer *t, const int32_t *ids, size_t n, bool s
         CHECK((r == 0) == (piece == NULL));
         if (r > 0) {
             CHECK(eng__utf8_valid_prefix(piece, (size_t)r) == (size_t)r);
-            CHECK(eng__buf_add(&all, piece, (size_t)r) == 0);
+            CHECK(ut_buf_add(&all, piece, (size_t)r) == 0);
         }
         free(piece);
     }

@@ -6,7 +6,6 @@
  *   q4_1, bf16 matvec: |y - y64| <= 1e-5 * sum_c |w_c * x_c|
  *   q4_1 with int8 x:  |y - y64| <= sum_g sum|w|_g * d_x[g] / 2 + 1e-5 * sum_c |w_c x_c|
  *   rmsnorm, silu:     |y - y64| <= 1e-5 * |y64| + 1e-6 * max|y64|
- *   rope:              |y - y64| <= 1e-5 (inputs in [-1, 1])
  *   softmax:           |y - y64| <= 1e-5 * y64 + 1e-9 */
 #include "engine/kernels/kernels.h"
 
@@ -109,8 +108,7 @@ static int run(const char *isa)
         exit(2);
     }
     while (fgets(line, sizeof line, mf)) {
-        int a, b, pos;
-        double theta;
+        int a, b;
         if (sscanf(line, "%31s", kind) != 1)
             continue;
         if (!strcmp(kind, "q4_1") && sscanf(line, "%*s %d %d %255s", &a, &b, name) == 3) {
@@ -124,13 +122,6 @@ static int run(const char *isa)
             eng_rmsnorm(y, x, w, a, 1e-6f);
             fails += report(isa, kind, name, worst_elem(y, y64, a, 1e-5, 1e-6, 0));
             free(x), free(y), free(w), free(y64);
-        } else if (!strcmp(kind, "rope") &&
-                   sscanf(line, "%*s %d %d %d %lf %255s", &a, &b, &pos, &theta, name) == 5) {
-            float *v = load(name, "x", (size_t)a * b * 4);
-            double *y64 = load(name, "y", (size_t)a * b * 8);
-            eng_rope_neox(v, a, b, pos, theta);
-            fails += report(isa, kind, name, worst_elem(v, y64, a * b, 0, 0, 1e-5));
-            free(v), free(y64);
         } else if (!strcmp(kind, "softmax") && sscanf(line, "%*s %d %255s", &a, name) == 2) {
             float *x = load(name, "x", (size_t)a * 4);
             double *y64 = load(name, "y", (size_t)a * 8);

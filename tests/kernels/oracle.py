@@ -94,18 +94,6 @@ def main():
     save(outdir, "rmsnorm", x=x, w=wbits, y=w * xd / np.sqrt(np.mean(xd * xd) + 1e-6))
     manifest.append(f"rmsnorm {n} rmsnorm")
 
-    # NeoX RoPE: 16 heads x 128, theta 5e6, pairs d with d + 64
-    for pos in (0, 1, 4097, 31999):
-        v = rng.uniform(-1, 1, size=(16, 128)).astype(np.float32)
-        inv = 5e6 ** (-2.0 * np.arange(64) / 128)
-        ang = pos * inv
-        c, s = np.cos(ang), np.sin(ang)
-        vd = v.astype(np.float64)
-        x1, x2 = vd[:, :64], vd[:, 64:]
-        y = np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=1)
-        save(outdir, f"rope_{pos}", x=v, y=y)
-        manifest.append(f"rope 16 128 {pos} 5000000 rope_{pos}")
-
     for n in (1, 7, 1000, 4096):
         x = rng.normal(0, 4, size=n).astype(np.float32)
         e = np.exp(x.astype(np.float64) - x.max())

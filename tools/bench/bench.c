@@ -21,6 +21,7 @@
 #include "engine/kernels/kernels.h"
 #include "engine/model/model.h"
 #include "tools/bench/roof.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -47,13 +48,6 @@ struct bench_result {
     double prefill_tps, decode_tps;       /* medians, tokens per second */
     double roof_gbs, roof_int8_macs, roof_f32_flops;
 };
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -142,9 +136,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
                         optarg);
                 rc = -1;
             } else if (eng_kernels_set_isa((enum eng_isa)o->isa) != 0 ||
-                       roof_set_isa(o->isa == ENG_ISA_SCALAR ? ROOF_ISA_SCALAR
-                                    : o->isa == ENG_ISA_AVX2 ? ROOF_ISA_AVX2
-                                                             : ROOF_ISA_AVX512) != 0) {
+                       roof_set_isa((enum eng_isa)o->isa) != 0) {
                 fprintf(stderr, "minicpmd-bench: this CPU lacks %s\n", optarg);
                 rc = -1;
             }
@@ -232,12 +224,12 @@ static int measure_model(eng_model *m, const struct bench_opts *o, struct bench_
             fprintf(stderr, "minicpmd-bench: sequence of %d positions: %s\n", o->prompt + o->gen, err);
             goto out;
         }
-        double t0 = now();
+        double t0 = ut_now_s();
         if ((rc = eng_seq_forward(s, prompt, o->prompt, logits))) {
             fprintf(stderr, "minicpmd-bench: prefill: %s\n", eng_seq_error(s));
             goto out;
         }
-        double t1 = now();
+        double t1 = ut_now_s();
         for (int i = 0; i < o->gen; i++) {
             int32_t tok = argmax(logits, n_vocab);
             if ((rc = eng_seq_forward(s, &tok, 1, logits))) {
@@ -245,7 +237,7 @@ static int measure_model(eng_model *m, const struct bench_opts *o, struct bench_
                 goto out;
             }
         }
-        double t2 = now();
+        double t2 = ut_now_s();
         tp[rep] = (double)o->prompt / (t1 - t0);
         td[rep] = (double)o->gen / (t2 - t1);
         eng_seq_free(s);

@@ -3,6 +3,7 @@
  * roof-avx512.c and roof-avx2.c; the plain C ones are here. */
 #include "tools/bench/roof.h"
 #include "tools/bench/roof-impl.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -29,69 +30,34 @@ static void sink(uint64_t v)
     atomic_fetch_add_explicit(&roof_sink, v, memory_order_relaxed);
 }
 
-static _Atomic int roof_isa_cur = -1; /* -1: not chosen yet, roof_isa_detect() */
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static _Atomic int roof_isa_cur = -1; /* -1: not chosen yet, eng_isa_detect() */
 
 /* ---- which instructions --------------------------------------------------------- */
 
-static int cpu_has(enum roof_isa isa)
+int roof_set_isa(enum eng_isa isa)
 {
-    __builtin_cpu_init();
-    switch (isa) {
-    case ROOF_ISA_SCALAR:
-        return 1;
-    case ROOF_ISA_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    case ROOF_ISA_AVX512:
-        /* The int8 fallback of an AVX-512 CPU without VNNI is the AVX2 loop. */
-        return __builtin_cpu_supports("avx512f") && cpu_has(ROOF_ISA_AVX2);
-    }
-    return 0;
-}
-
-static int cpu_has_vnni(void)
-{
-    return cpu_has(ROOF_ISA_AVX512) && __builtin_cpu_supports("avx512vnni");
-}
-
-enum roof_isa roof_isa_detect(void)
-{
-    if (cpu_has(ROOF_ISA_AVX512))
-        return ROOF_ISA_AVX512;
-    if (cpu_has(ROOF_ISA_AVX2))
-        return ROOF_ISA_AVX2;
-    return ROOF_ISA_SCALAR;
-}
-
-int roof_set_isa(enum roof_isa isa)
-{
-    if (isa < ROOF_ISA_SCALAR || isa > ROOF_ISA_AVX512 || !cpu_has(isa))
+    /* Each ISA includes the ones below it: the CPU has isa iff it is at most the best. */
+    if ((int)isa < ENG_ISA_SCALAR || isa > eng_isa_detect())
         return -ENOTSUP;
     atomic_store(&roof_isa_cur, (int)isa);
     return 0;
 }
 
-static enum roof_isa isa_in_use(void)
+static enum eng_isa isa_in_use(void)
 {
     int isa = atomic_load(&roof_isa_cur);
-    return isa < 0 ? roof_isa_detect() : (enum roof_isa)isa;
+    return isa < 0 ? eng_isa_detect() : (enum eng_isa)isa;
 }
 
 const char *roof_isa_name(void)
 {
     switch (isa_in_use()) {
-    case ROOF_ISA_AVX512:
-        return cpu_has_vnni() ? "avx512 (int8: avx512-vnni vpdpbusd)"
-                              : "avx512 (int8: avx2 vpmaddubsw+vpmaddwd)";
-    case ROOF_ISA_AVX2:
+    case ENG_ISA_AVX512:
+        return eng_isa_has_vnni() ? "avx512 (int8: avx512-vnni vpdpbusd)"
+                                  : "avx512 (int8: avx2 vpmaddubsw+vpmaddwd)";
+    case ENG_ISA_AVX2:
         return "avx2 (int8: vpmaddubsw+vpmaddwd)";
-    case ROOF_ISA_SCALAR:
+    case ENG_ISA_SCALAR:
         break;
     }
     return "scalar C";
@@ -153,7 +119,7 @@ struct read_ctx {
     uint8_t *buf;
     int pages;
     int write;          /* 1: fill the share (first touch), 0: sum it */
-    enum roof_isa isa;
+    enum eng_isa isa;
 };
 
 static void read_fn(void *arg, int ith, int nth)
@@ -172,10 +138,10 @@ static void read_fn(void *arg, int ith, int nth)
     }
     uint64_t s;
     switch (c->isa) {
-    case ROOF_ISA_AVX512:
+    case ENG_ISA_AVX512:
         s = roof__sum_avx512(p, n);
         break;
-    case ROOF_ISA_AVX2:
+    case ENG_ISA_AVX2:
         s = roof__sum_avx2(p, n);
         break;
     default:
@@ -218,9 +184,9 @@ double roof_read_bandwidth(eng_pool *pool, size_t bytes, int reps)
         /* An empty region first: workers that fell asleep during the caller's
          * bookkeeping are awake and spinning when the timed region opens. */
         eng_pool_run(pool, empty_fn, NULL);
-        double t0 = now();
+        double t0 = ut_now_s();
         eng_pool_run(pool, read_fn, &c);
-        double gbs = (double)pages * ROOF_PAGE / (now() - t0) / 1e9;
+        double gbs = (double)pages * ROOF_PAGE / (ut_now_s() - t0) / 1e9;
         if (gbs > best)
             best = gbs;
     }
@@ -238,7 +204,7 @@ struct timed_slot {
 
 struct timed_ctx {
     enum timed_what what;
-    enum roof_isa isa;
+    enum eng_isa isa;
     int vnni;
     double deadline;         /* CLOCK_MONOTONIC seconds */
     struct timed_slot *slot; /* [nth] */
@@ -248,11 +214,11 @@ struct timed_ctx {
 static double timed_chunk(const struct timed_ctx *c, int32_t seed)
 {
     if (c->what == TIMED_INT8) {
-        if (c->isa == ROOF_ISA_AVX512 && c->vnni) {
+        if (c->isa == ENG_ISA_AVX512 && c->vnni) {
             sink((uint64_t)roof__int8_vnni(ROOF_CHUNK, seed));
             return (double)ROOF_CHUNK * ROOF_INT8_MACS_PER_ITER_VNNI;
         }
-        if (c->isa >= ROOF_ISA_AVX2) {
+        if (c->isa >= ENG_ISA_AVX2) {
             sink((uint64_t)roof__int8_avx2(ROOF_CHUNK, seed));
             return (double)ROOF_CHUNK * ROOF_INT8_MACS_PER_ITER_AVX2;
         }
@@ -261,10 +227,10 @@ static double timed_chunk(const struct timed_ctx *c, int32_t seed)
     }
     float f;
     double ops;
-    if (c->isa == ROOF_ISA_AVX512) {
+    if (c->isa == ENG_ISA_AVX512) {
         f = roof__f32_avx512(ROOF_CHUNK, (float)seed * 1e-3f);
         ops = (double)ROOF_CHUNK * ROOF_F32_FLOPS_PER_ITER_AVX512;
-    } else if (c->isa == ROOF_ISA_AVX2) {
+    } else if (c->isa == ENG_ISA_AVX2) {
         f = roof__f32_avx2(ROOF_CHUNK, (float)seed * 1e-3f);
         ops = (double)ROOF_CHUNK * ROOF_F32_FLOPS_PER_ITER_AVX2;
     } else {
@@ -281,7 +247,7 @@ static void timed_fn(void *arg, int ith, int nth)
     double ops = 0;
     do
         ops += timed_chunk(c, ith + 1);
-    while (now() < c->deadline);
+    while (ut_now_s() < c->deadline);
     c->slot[ith].ops = ops;
 }
 
@@ -296,17 +262,17 @@ static double timed_peak(eng_pool *pool, enum timed_what what, double seconds)
         return 0;
     if (!(seconds > 0))
         seconds = 1e-3;
-    struct timed_ctx c = { what, isa_in_use(), cpu_has_vnni(), 0, slot };
+    struct timed_ctx c = { what, isa_in_use(), eng_isa_has_vnni(), 0, slot };
 
     /* Warm-up: wakes the workers and, on CPUs that have one, lets the clock
      * settle at its wide-vector licence before the timed region. */
-    c.deadline = now() + (seconds / 10 < 0.02 ? seconds / 10 : 0.02);
+    c.deadline = ut_now_s() + (seconds / 10 < 0.02 ? seconds / 10 : 0.02);
     eng_pool_run(pool, timed_fn, &c);
 
-    double t0 = now();
+    double t0 = ut_now_s();
     c.deadline = t0 + seconds;
     eng_pool_run(pool, timed_fn, &c);
-    double dt = now() - t0, ops = 0;
+    double dt = ut_now_s() - t0, ops = 0;
     for (int i = 0; i < nth; i++)
         ops += slot[i].ops;
     free(slot);

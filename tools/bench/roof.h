@@ -20,20 +20,18 @@
 
 #include <stddef.h>
 
+#include "engine/kernels/kernels.h"
 #include "engine/kernels/pool.h"
 
-enum roof_isa {
-    ROOF_ISA_SCALAR = 0, /* plain C, whatever the compiler makes of it */
-    ROOF_ISA_AVX2,       /* AVX2 + FMA; int8 as vpmaddubsw + vpmaddwd */
-    ROOF_ISA_AVX512,     /* AVX-512F; int8 as vpdpbusd if AVX512_VNNI, else the AVX2 way */
-};
+/* The ISAs are the kernels' (eng_isa, detected by eng_isa_detect()), so a roof
+ * is measured with the instructions the kernels it is compared with may use:
+ * scalar is plain C, whatever the compiler makes of it; avx2 is AVX2 + FMA, int8
+ * as vpmaddubsw + vpmaddwd; avx512 uses AVX-512F loads and FMAs, int8 as
+ * vpdpbusd with AVX512_VNNI, else the AVX2 way. */
 
-/* The best ISA this CPU has. */
-enum roof_isa roof_isa_detect(void);
-
-/* Use at most `isa` from now on (the default is roof_isa_detect()). Returns 0,
+/* Use at most `isa` from now on (the default is eng_isa_detect()). Returns 0,
  * or -ENOTSUP if the CPU lacks it (nothing changes). */
-int roof_set_isa(enum roof_isa isa);
+int roof_set_isa(enum eng_isa isa);
 
 /* What the measurements use, e.g. "avx512 (int8: avx512-vnni vpdpbusd)". A
  * static string. */

@@ -27,6 +27,8 @@
 #include "tools/pack/pack.h"
 #include "tools/pack/q4nx-write.h"
 #include "tools/pack/st-set.h"
+#include "util/clock.h"
+#include "util/fs.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -54,13 +56,6 @@ struct job {
     const struct eng_st_tensor *src;       /* input tensor */
     int rep;                               /* K/V: each head repeated rep times */
 };
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static float f16_to_f32(uint16_t h)
 {
@@ -109,24 +104,9 @@ static void drop_pages(const struct eng_st_tensor *t, uint64_t end)
     (void)madvise((void *)b, e - b, MADV_DONTNEED);
 }
 
-struct progress {
-    uint64_t total, done, next;
-    double t0;
-};
-
-static void progress_add(struct progress *pr, uint64_t n)
-{
-    pr->done += n;
-    if (pr->total < (64u << 20) || pr->done < pr->next)
-        return;
-    pr->next += pr->total / 20;
-    fprintf(stderr, ME ": %3d%% (%" PRIu64 " of %" PRIu64 " MB) %.1f s\n",
-            (int)(100 * pr->done / pr->total), pr->done >> 20, pr->total >> 20, now() - pr->t0);
-}
-
 /* Streams one tensor into the writer. */
 static int emit(struct q4nx_writer *w, const struct q4nx_tensor *t, const struct job *j,
-                int head_dim, struct progress *pr)
+                int head_dim, struct q4nx_progress *pr)
 {
     const struct eng_st_tensor *src = j->src;
     int64_t cols = t->cols;
@@ -167,7 +147,7 @@ static int emit(struct q4nx_writer *w, const struct q4nx_tensor *t, const struct
         }
         if ((rc = q4nx_writer_append(w, out, nb)))
             goto out;
-        progress_add(pr, nb);
+        q4nx_progress_add(pr, nb);
         /* Every 16 MB of input read in order (replicated K/V rows are read
          * again: those small tensors are dropped at the end). */
         uint64_t done = (uint64_t)(r0 + nr) * (uint64_t)cols * eng_st_dtype_size(src->dtype);
@@ -397,7 +377,7 @@ int pack_cmd_convert(int argc, char **argv)
     struct q4nx_tensor *t = NULL;
     bool made_dir = false, staged[sizeof side_files / sizeof *side_files + 2] = {0};
     int rc = 1;
-    double t0 = now();
+    double t0 = ut_now_s();
 
     /* config.json: the architecture every tensor is checked against. */
     snprintf(path, sizeof path, "%s/config.json", in_dir);
@@ -425,13 +405,13 @@ int pack_cmd_convert(int argc, char **argv)
 
     /* The weights: an HF checkpoint, never a Q4NX pack (whatever else is there). */
     enum st_set_kind kind;
-    if (pack_file_size(in_dir, "model.safetensors") >= 0)
+    if (ut_file_size(in_dir, "model.safetensors") >= 0)
         kind = ST_SET_HF;
-    else if (pack_file_size(in_dir, "model.safetensors.index.json") >= 0)
+    else if (ut_file_size(in_dir, "model.safetensors.index.json") >= 0)
         kind = ST_SET_HF_SHARDED;
     else {
         fprintf(stderr, ME ": %s: no model.safetensors or model.safetensors.index.json%s\n",
-                in_dir, pack_file_size(in_dir, "model.q4nx") >= 0
+                in_dir, ut_file_size(in_dir, "model.q4nx") >= 0
                             ? " (model.q4nx is already a Q4NX pack)" : "");
         goto out;
     }
@@ -505,7 +485,8 @@ int pack_cmd_convert(int argc, char **argv)
         fprintf(stderr, ME ": %s: %s\n", tmp, strerror(-e));
         goto out;
     }
-    struct progress pr = {.total = t[n - 1].end, .next = t[n - 1].end / 20, .t0 = now()};
+    struct q4nx_progress pr;
+    q4nx_progress_start(&pr, ME, t[n - 1].end);
     for (size_t i = 0; i < n && e == 0; i++)
         e = emit(&w, &t[i], &jobs[i], a.head_dim, &pr);
     int ce = q4nx_writer_close(&w);
@@ -523,7 +504,7 @@ int pack_cmd_convert(int argc, char **argv)
     }
     for (size_t i = 0; i < sizeof side_files / sizeof *side_files; i++) {
         char src[4096];
-        if (pack_file_size(in_dir, side_files[i]) < 0) {
+        if (ut_file_size(in_dir, side_files[i]) < 0) {
             if (i == 0)
                 fprintf(stderr, ME ": warning: %s has no tokenizer.json: the output is not a "
                         "loadable pack until one is added\n", in_dir);
@@ -554,13 +535,13 @@ int pack_cmd_convert(int argc, char **argv)
         staged[i] = false;
     }
     for (int k = ST_SET_HF; k <= ST_SET_HF_SHARDED; k++)
-        if (pack_file_size(out_dir, k == ST_SET_HF ? "model.safetensors"
+        if (ut_file_size(out_dir, k == ST_SET_HF ? "model.safetensors"
                                                    : "model.safetensors.index.json") >= 0)
             fprintf(stderr, ME ": note: %s also holds %s; model.q4nx takes precedence\n", out_dir,
                     k == ST_SET_HF ? "model.safetensors" : "model.safetensors.index.json");
     fprintf(stderr, ME ": %s -> %s/model.q4nx: %zu tensors%s, %.1f MB, %.1f s\n", in_dir, out_dir,
             n, kv_heads != a.kv_heads ? ", KV heads replicated" : "", (double)t[n - 1].end / 1e6,
-            now() - t0);
+            ut_now_s() - t0);
     rc = 0;
 out:
     for (size_t i = 0; i < sizeof staged / sizeof *staged; i++) {

@@ -16,6 +16,7 @@
 #include "tools/pack/pack.h"
 #include "tools/pack/q4nx-write.h"
 #include "pack-chat-template.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -125,28 +126,6 @@ static void fill_rows(uint64_t *rng, float *out, size_t n, float scale)
         out[i] = q4nx_bf16_to_f32(q4nx_f32_to_bf16(normalish(rng) * scale));
 }
 
-struct progress {
-    uint64_t total, done, next;
-    double t0;
-};
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void progress_add(struct progress *pr, uint64_t n)
-{
-    pr->done += n;
-    if (pr->total < (64u << 20) || pr->done < pr->next)
-        return;
-    pr->next += pr->total / 20;
-    fprintf(stderr, "minicpmd-pack gen: %3d%% (%" PRIu64 " of %" PRIu64 " MB) %.1f s\n",
-            (int)(100 * pr->done / pr->total), pr->done >> 20, pr->total >> 20, now() - pr->t0);
-}
-
 static void put_bf16_rows(const float *x, size_t n, uint8_t *out)
 {
     for (size_t i = 0; i < n; i++) {
@@ -158,7 +137,7 @@ static void put_bf16_rows(const float *x, size_t n, uint8_t *out)
 
 /* Produces one tensor's bytes and streams them to the writer. */
 static int emit(struct q4nx_writer *w, const struct q4nx_tensor *t, const struct gen_tensor *g,
-                uint64_t seed, size_t index, struct progress *pr)
+                uint64_t seed, size_t index, struct q4nx_progress *pr)
 {
     uint64_t rng = seed ^ (0xA24BAED4963EE407ull * (index + 1));
     float *rows = NULL, *base = NULL;
@@ -180,7 +159,7 @@ static int emit(struct q4nx_writer *w, const struct q4nx_tensor *t, const struct
             }
             if ((rc = q4nx_writer_append(w, out, (size_t)t->cols * 2)))
                 goto out;
-            progress_add(pr, (uint64_t)t->cols * 2);
+            q4nx_progress_add(pr, (uint64_t)t->cols * 2);
         }
         rc = 0;
         goto out;
@@ -229,7 +208,7 @@ static int emit(struct q4nx_writer *w, const struct q4nx_tensor *t, const struct
         }
         if ((rc = q4nx_writer_append(w, out, nb)))
             goto out;
-        progress_add(pr, nb);
+        q4nx_progress_add(pr, nb);
     }
     rc = 0;
 out:
@@ -302,7 +281,8 @@ static int write_weights(const char *dir, const struct gen_preset *p, int kv_hea
      * BF16 [out, in] (vectors [n]): the Q4NX writer with no Q4_1 tensors. */
     if ((rc = q4nx_writer_open(&w, tmp, t, n)))
         goto out;
-    struct progress pr = {.total = t[n - 1].end, .next = t[n - 1].end / 20, .t0 = now()};
+    struct q4nx_progress pr;
+    q4nx_progress_start(&pr, "minicpmd-pack gen", t[n - 1].end);
     for (size_t i = 0; i < n && rc == 0; i++)
         rc = emit(&w, &t[i], &g[i], seed, i, &pr);
     int crc = q4nx_writer_close(&w);
@@ -435,7 +415,7 @@ int pack_cmd_gen(int argc, char **argv)
         return 1;
     }
 
-    double t0 = now();
+    double t0 = ut_now_s();
     uint64_t bytes = 0;
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
@@ -453,9 +433,9 @@ int pack_cmd_gen(int argc, char **argv)
     if (weights)
         fprintf(stderr, "minicpmd-pack gen: %s pack (seed %llu%s) in %s: %s %.1f MB, %.1f s\n",
                 p->name, seed, kv_heads != p->kv_heads ? ", replicated KV heads" : "", dir,
-                weights_file(fmt), (double)bytes / 1e6, now() - t0);
+                weights_file(fmt), (double)bytes / 1e6, ut_now_s() - t0);
     else
         fprintf(stderr, "minicpmd-pack gen: %s pack without weights in %s, %.1f s\n", p->name, dir,
-                now() - t0);
+                ut_now_s() - t0);
     return 0;
 }

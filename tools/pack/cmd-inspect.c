@@ -25,6 +25,7 @@
 #include "tools/pack/pack.h"
 #include "tools/pack/q4nx-write.h"
 #include "tools/pack/st-set.h"
+#include "util/fs.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -119,7 +120,7 @@ static void scan_files(struct report *r, const char *dir)
     closedir(d);
     qsort(names, n, sizeof *names, cmp_str);
     for (size_t i = 0; i < n; i++) {
-        int64_t sz = pack_file_size(dir, names[i]);
+        int64_t sz = ut_file_size(dir, names[i]);
         if (sz >= 0)
             json_array_append_new(files, json_pack("{s:s, s:I}", "name", names[i], "bytes",
                                                    (json_int_t)sz));
@@ -140,7 +141,7 @@ static void scan_files(struct report *r, const char *dir)
         {"tokenizer_config.json", "warning"},
     };
     for (size_t i = 0; i < sizeof wanted / sizeof *wanted; i++) {
-        int64_t sz = pack_file_size(dir, wanted[i].name);
+        int64_t sz = ut_file_size(dir, wanted[i].name);
         if (sz < 0 || sz == 0)
             add(r, wanted[i].severity, "%s/%s: %s", dir, wanted[i].name,
                 sz == 0 ? "file is empty" : sz == -ENOENT ? "missing" : strerror((int)-sz));
@@ -153,7 +154,7 @@ static bool read_config(struct report *r, const char *dir, struct pack_arch *a)
 {
     char path[4096], err[512];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if (pack_file_size(dir, "config.json") < 0)
+    if (ut_file_size(dir, "config.json") < 0)
         return false;  /* reported with the files */
     json_error_t jerr;
     json_t *cfg = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
@@ -361,7 +362,7 @@ static void check_weights(struct report *r, const char *dir, const struct pack_a
     static const char *const names[] = {"model.q4nx", "model.safetensors",
                                         "model.safetensors.index.json"};
     for (int k = kind + 1; k <= ST_SET_HF_SHARDED; k++)
-        if (pack_file_size(dir, names[k]) >= 0 &&
+        if (ut_file_size(dir, names[k]) >= 0 &&
             !(kind == ST_SET_HF && k == ST_SET_HF_SHARDED))
             add(r, "warning", "%s/%s is ignored: %s takes precedence", dir, names[k],
                 names[kind]);

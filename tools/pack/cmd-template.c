@@ -7,6 +7,7 @@
  * own template would render differently. */
 #include "engine/template.h"
 #include "tools/pack/pack.h"
+#include "tools/pack/fsutil.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -16,35 +17,6 @@
 #include <sys/stat.h>
 
 #define PROG "minicpmd-pack template"
-
-/* Read a whole stream; NULL on failure (errno set). */
-static char *slurp(FILE *f, size_t *len)
-{
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    if (!buf)
-        return NULL;
-    for (;;) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap)
-            break;
-        char *p = cap > ((size_t)-1) / 2 ? NULL : realloc(buf, cap * 2);
-        if (!p) {
-            free(buf);
-            errno = ENOMEM;
-            return NULL;
-        }
-        buf = p;
-        cap *= 2;
-    }
-    if (ferror(f)) {
-        free(buf);
-        errno = EIO;
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
 
 /* Warn (only) when the pack's template is not the one we render. Returns 0, or 1
  * when PACK does not exist or cannot be read. */
@@ -69,7 +41,7 @@ static int check_pack(const char *pack)
         return 1;
     }
     size_t len = 0;
-    char *text = slurp(f, &len);
+    char *text = pack_read_all(f, &len);
     int saved = errno;
     fclose(f);
     if (!text) {
@@ -99,7 +71,7 @@ int pack_cmd_template(int argc, char **argv)
     char *prompt = NULL;
     json_t *req = NULL;
     size_t len = 0;
-    char *in = slurp(stdin, &len);
+    char *in = pack_read_all(stdin, &len);
     if (!in) {
         fprintf(stderr, PROG ": stdin: %s\n", strerror(errno));
         goto out;

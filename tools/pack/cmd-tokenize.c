@@ -7,6 +7,8 @@
  * --bench encodes stdin repeatedly for about two seconds and prints MB/s on stderr. */
 #include "engine/tokenizer.h"
 #include "tools/pack/pack.h"
+#include "tools/pack/fsutil.h"
+#include "util/clock.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -15,40 +17,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
-static char *read_all(FILE *f, size_t *len)
-{
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap)
-            break;
-        char *b = realloc(buf, cap * 2);
-        if (!b) {
-            free(buf);
-            return NULL;
-        }
-        buf = b;
-        cap *= 2;
-    }
-    if (!buf || ferror(f)) {
-        free(buf);
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int bench(const eng_tokenizer *t, const char *text, size_t len, bool special)
 {
-    double t0 = now(), t1;
+    double t0 = ut_now_s(), t1;
     size_t bytes = 0, tokens = 0;
     do {
         int32_t *ids;
@@ -58,7 +29,7 @@ static int bench(const eng_tokenizer *t, const char *text, size_t len, bool spec
         free(ids);
         bytes += len;
         tokens += (size_t)n;
-        t1 = now();
+        t1 = ut_now_s();
     } while (t1 - t0 < 2.0 || bytes < len * 2);
     fprintf(stderr, "encode: %.1f MB/s, %.0f tokens/s (%zu bytes x %zu rounds, one thread)\n",
             (double)bytes / (t1 - t0) / 1e6, (double)tokens / (t1 - t0), len, bytes / (len ? len : 1));
@@ -137,17 +108,12 @@ int pack_cmd_tokenize(int argc, char **argv)
         return 1;
     }
     size_t len = 0;
-    char *in = read_all(stdin, &len);
+    char *in = pack_read_all(stdin, &len);
     int rc = 1;
     if (!in) {
         fprintf(stderr, "minicpmd-pack tokenize: cannot read stdin\n");
     } else if (decode) {
-        char *z = realloc(in, len + 1);
-        if (z) {
-            in = z;
-            in[len] = '\0';
-            rc = decode_stdin(t, in);
-        }
+        rc = decode_stdin(t, in);   /* pack_read_all ends it with a NUL */
     } else if (do_bench) {
         rc = bench(t, in, len, special);
     } else {

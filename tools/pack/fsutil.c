@@ -1,5 +1,6 @@
 /* File-system helpers of minicpmd-pack (fsutil.h). */
 #include "tools/pack/fsutil.h"
+#include "util/buf.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -27,17 +28,23 @@ int pack_mkdir_p(const char *dir)
     return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
 }
 
-int64_t pack_file_size(const char *dir, const char *name)
+char *pack_read_all(FILE *f, size_t *len)
 {
-    char path[4096];
-    struct stat st;
-    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
-        return -ENAMETOOLONG;
-    if (stat(path, &st) != 0)
-        return -errno;
-    if (!S_ISREG(st.st_mode))
-        return -EISDIR;
-    return (int64_t)st.st_size;
+    ut_buf b = {0};
+    char chunk[1 << 16];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        if (ut_buf_add(&b, chunk, n) != 0)
+            break;
+    if (!b.oom && !b.p)
+        ut_buf_add(&b, "", 0);   /* an empty stream is an empty string */
+    if (b.oom || ferror(f)) {
+        errno = b.oom ? ENOMEM : EIO;
+        ut_buf_free(&b);
+        return NULL;
+    }
+    *len = b.n;
+    return b.p;
 }
 
 int pack_copy_file(const char *src, const char *dst)

@@ -8,6 +8,7 @@
  * `2b` preset) are filled with deterministic pseudo-words: merges of an existing
  * word-start token with an existing letters-only token. Every merge is a valid
  * BPE merge of two existing tokens, so Hugging Face tokenizers and ours agree. */
+#include "engine/err.h"
 #include "tools/pack/gen.h"
 
 #include <errno.h>
@@ -415,17 +416,6 @@ static json_t *split(const char *regex)
                      "behavior", "Isolated", "invert", 0);
 }
 
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
 static json_t *build_json(const struct vocab *v, const struct gen_preset *p)
 {
     json_t *root = json_object(), *added = json_array(), *vocab = json_object(),
@@ -507,19 +497,20 @@ int gen_tokenizer_write(const char *path, const struct gen_preset *p, char *err,
 
     init_byte_map();
     if (n_bpe < 256 || p->im_start + 2 > p->vocab)
-        return fail(err, errlen, -EINVAL, "preset %s: vocab %d too small for 256 bytes + 24 added",
-                    p->name, p->vocab);
+        return eng__fail(err, errlen, -EINVAL,
+                         "preset %s: vocab %d too small for 256 bytes + 24 added", p->name,
+                         p->vocab);
     if ((rc = vocab_init(&v, n_bpe)) || (rc = train(&v, n_bpe)) || (rc = fill(&v, n_bpe))) {
-        fail(err, errlen, rc, "building the BPE vocabulary: %s", strerror(-rc));
+        eng__fail(err, errlen, rc, "building the BPE vocabulary: %s", strerror(-rc));
         goto out;
     }
     root = build_json(&v, p);
     if (!root) {
-        rc = fail(err, errlen, -ENOMEM, "building tokenizer.json: out of memory");
+        rc = eng__fail(err, errlen, -ENOMEM, "building tokenizer.json: out of memory");
         goto out;
     }
     if (json_dump_file(root, path, JSON_INDENT(1)) != 0) {
-        rc = fail(err, errlen, -EIO, "%s: cannot write", path);
+        rc = eng__fail(err, errlen, -EIO, "%s: cannot write", path);
         goto out;
     }
     rc = 0;

@@ -3,6 +3,8 @@
  * byte: the packer is the one place where a mistake would silently produce a pack
  * that loads but computes nonsense, so the layout comments below restate it. */
 #include "tools/pack/q4nx-write.h"
+#include "util/buf.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -98,64 +100,38 @@ void q4nx_pack_rowblock(const float *w, int64_t cols, uint8_t *out)
 
 /* ---- the container -------------------------------------------------------- */
 
-static int buf_printf(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int buf_printf(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
-{
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(*buf ? *buf + *len : NULL, *buf ? *cap - *len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0)
-            return -EINVAL;
-        if (*buf && *len + (size_t)n < *cap) {
-            *len += (size_t)n;
-            return 0;
-        }
-        size_t ncap = (*cap ? *cap : 4096) * 2 + (size_t)n;
-        char *b = realloc(*buf, ncap);
-        if (!b)
-            return -ENOMEM;
-        *buf = b;
-        *cap = ncap;
-    }
-}
-
 /* The JSON header, keys in data order, padded with spaces so the data starts at
  * an 8-byte boundary, as safetensors' own serializer does. */
 static int build_header(const struct q4nx_tensor *t, size_t n, char **out, size_t *outlen)
 {
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    int rc = buf_printf(&buf, &len, &cap, "{\"__metadata__\":{\"format\":\"pt\"}");
+    ut_buf b = {0};
+    int rc = ut_buf_printf(&b, "{\"__metadata__\":{\"format\":\"pt\"}");
     for (size_t i = 0; rc == 0 && i < n; i++) {
         if (t[i].kind == Q4NX_BF16 && t[i].rows == 0)
-            rc = buf_printf(&buf, &len, &cap, ",\"%s\":{\"dtype\":\"BF16\",\"shape\":[%" PRId64 "]",
-                            t[i].name, t[i].cols);
+            rc = ut_buf_printf(&b, ",\"%s\":{\"dtype\":\"BF16\",\"shape\":[%" PRId64 "]",
+                               t[i].name, t[i].cols);
         else if (t[i].kind == Q4NX_BF16)
-            rc = buf_printf(&buf, &len, &cap,
-                            ",\"%s\":{\"dtype\":\"BF16\",\"shape\":[%" PRId64 ",%" PRId64 "]",
-                            t[i].name, t[i].rows, t[i].cols);
+            rc = ut_buf_printf(&b,
+                               ",\"%s\":{\"dtype\":\"BF16\",\"shape\":[%" PRId64 ",%" PRId64 "]",
+                               t[i].name, t[i].rows, t[i].cols);
         else
-            rc = buf_printf(&buf, &len, &cap,
-                            ",\"%s\":{\"dtype\":\"I8\",\"shape\":[%" PRId64 ",%d]", t[i].name,
-                            q4nx_num_chunks(t[i].rows, t[i].cols), Q4NX_CHUNK_BYTES);
+            rc = ut_buf_printf(&b, ",\"%s\":{\"dtype\":\"I8\",\"shape\":[%" PRId64 ",%d]",
+                               t[i].name, q4nx_num_chunks(t[i].rows, t[i].cols),
+                               Q4NX_CHUNK_BYTES);
         if (rc == 0)
-            rc = buf_printf(&buf, &len, &cap, ",\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}",
-                            t[i].begin, t[i].end);
+            rc = ut_buf_printf(&b, ",\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}",
+                               t[i].begin, t[i].end);
     }
     if (rc == 0)
-        rc = buf_printf(&buf, &len, &cap, "}");
-    while (rc == 0 && len % 8 != 0)
-        rc = buf_printf(&buf, &len, &cap, " ");
+        rc = ut_buf_printf(&b, "}");
+    while (rc == 0 && b.n % 8 != 0)
+        rc = ut_buf_printf(&b, " ");
     if (rc) {
-        free(buf);
+        ut_buf_free(&b);
         return rc;
     }
-    *out = buf;
-    *outlen = len;
+    *out = b.p;
+    *outlen = b.n;
     return 0;
 }
 
@@ -222,4 +198,21 @@ int q4nx_writer_close(struct q4nx_writer *w)
         rc = -EIO;
     w->f = NULL;
     return rc;
+}
+
+void q4nx_progress_start(struct q4nx_progress *pr, const char *who, uint64_t total)
+{
+    *pr = (struct q4nx_progress){.who = who, .total = total, .next = total / 20,
+                                 .t0 = ut_now_s()};
+}
+
+void q4nx_progress_add(struct q4nx_progress *pr, uint64_t n)
+{
+    pr->done += n;
+    if (pr->total < (64u << 20) || pr->done < pr->next)
+        return;
+    pr->next += pr->total / 20;
+    fprintf(stderr, "%s: %3d%% (%" PRIu64 " of %" PRIu64 " MB) %.1f s\n", pr->who,
+            (int)(100 * pr->done / pr->total), pr->done >> 20, pr->total >> 20,
+            ut_now_s() - pr->t0);
 }

@@ -57,6 +57,16 @@ int q4nx_writer_append(struct q4nx_writer *w, const void *data, size_t len);
  * paths: then it only closes). Returns 0, -EIO or -EPROTO (short data). */
 int q4nx_writer_close(struct q4nx_writer *w);
 
+/* Progress on stderr while a file of `total` bytes is written: once it is 64 MB
+ * or more, a line per 5 % ("<who>: 35% (700 of 2000 MB) 3.2 s"). */
+struct q4nx_progress {
+    const char *who;
+    uint64_t total, done, next;
+    double t0;
+};
+void q4nx_progress_start(struct q4nx_progress *pr, const char *who, uint64_t total);
+void q4nx_progress_add(struct q4nx_progress *pr, uint64_t n);
+
 /* float -> bfloat16 with round-to-nearest-even, NaN kept a (quiet) NaN. */
 uint16_t q4nx_f32_to_bf16(float x);
 float q4nx_bf16_to_f32(uint16_t h);

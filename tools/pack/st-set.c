@@ -2,6 +2,7 @@
 #include "tools/pack/st-set.h"
 
 #include "tools/pack/fsutil.h"
+#include "util/fs.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -27,7 +28,7 @@ const char *st_set_kind_name(enum st_set_kind kind)
 int st_set_detect(const char *dir, enum st_set_kind *kind, char *err, size_t errlen)
 {
     for (int k = ST_SET_Q4NX; k <= ST_SET_HF_SHARDED; k++) {
-        int64_t sz = pack_file_size(dir, weight_files[k]);
+        int64_t sz = ut_file_size(dir, weight_files[k]);
         if (sz == -ENOENT)
             continue;
         if (sz < 0) {

@@ -210,10 +210,10 @@ struct canceller {
 };
 
 // Wait in slices so that the cancel flag is seen; `wait` returns true when the
-// awaited object completed (throws on failure, as XRT does).
+// awaited object completed (throws on failure, as XRT does). A wait that ends
+// otherwise says why in st (host_timeout or cancelled).
 template <typename Wait>
-int wait_sliced(Wait wait, int timeout_ms, const canceller &cancel, bool *timed_out,
-                bool *cancelled)
+int wait_sliced(Wait wait, int timeout_ms, const canceller &cancel, xrtb_status *st)
 {
     auto t0 = steady::now();
     for (;;) {
@@ -222,7 +222,7 @@ int wait_sliced(Wait wait, int timeout_ms, const canceller &cancel, bool *timed_
             long spent =
                 static_cast<long>(std::chrono::duration_cast<ms>(steady::now() - t0).count());
             if (spent >= timeout_ms) {
-                *timed_out = true;
+                st->host_timeout = true;
                 return ERT_CMD_STATE_TIMEOUT;
             }
             left = std::min<long>(left, timeout_ms - spent);
@@ -230,7 +230,7 @@ int wait_sliced(Wait wait, int timeout_ms, const canceller &cancel, bool *timed_
         if (wait(ms(left)))
             return ERT_CMD_STATE_COMPLETED;
         if (cancel.stop && cancel.stop(cancel.arg)) {
-            *cancelled = true;
+            st->cancelled = true;
             return ERT_CMD_STATE_ABORT;
         }
     }
@@ -274,6 +274,34 @@ list_rec &list_for(xrtb_dev *d, const std::vector<int> &group)
     return l;
 }
 
+// A fresh xrt::run for rr: its kernel, the arguments every kernel of the set takes
+// (opcode, instruction BO, word count), then rr's BOs. Throws as XRT does.
+xrt::run new_run(xrtb_dev *d, const run_rec &rr)
+{
+    kernel &kk = d->kernels[rr.kernel];
+    xrt::run run(kk.k);
+    run.set_arg(0, static_cast<int>(XRTB_OPCODE));
+    run.set_arg(1, kk.instr);
+    run.set_arg(2, static_cast<int>(kk.n_words));
+    for (size_t i = 0; i < rr.bos.size(); i++)
+        run.set_arg(3 + static_cast<int>(i), d->bos[rr.bos[i]]);
+    return run;
+}
+
+// A run the device may still be walking goes to the graveyard (never destroyed
+// under the device) and rr gets a fresh one. 0 or -EIO.
+int replace_stuck_run(xrtb_dev *d, run_rec &rr, char *err, size_t errlen)
+{
+    d->graveyard.push_back(rr.run);
+    try {
+        rr.run = new_run(d, rr);
+    } catch (const std::exception &e) {
+        say(err, errlen, "reset: cannot recreate a run: %s", first_line(e.what()).c_str());
+        return -EIO;
+    }
+    return 0;
+}
+
 // One runlist: execute, wait. Returns the state; fills st on failure.
 int submit_list(xrtb_dev *d, const std::vector<int> &group, int timeout_ms,
                 const canceller &cancel, xrtb_status *st)
@@ -286,17 +314,14 @@ int submit_list(xrtb_dev *d, const std::vector<int> &group, int timeout_ms,
         l.executing = true;
         st->n_submissions++;
         xrt::runlist *rl = l.rl.get();
-        bool to = false, cancelled = false;
         int s = wait_sliced([rl](ms t) { return rl->wait(t) == std::cv_status::no_timeout; },
-                            timeout_ms, cancel, &to, &cancelled);
+                            timeout_ms, cancel, st);
         if (s == ERT_CMD_STATE_COMPLETED) {
             l.executing = false;
             return s;
         }
-        st->host_timeout = to;
-        st->cancelled = cancelled;
         char msg[160];
-        if (to)
+        if (st->host_timeout)
             std::snprintf(msg, sizeof msg,
                           "host wait gave up after %d ms on a runlist of %zu runs (still "
                           "running)", timeout_ms, group.size());
@@ -382,16 +407,14 @@ int submit_one(xrtb_dev *d, int r, int index, int timeout_ms, const canceller &c
         rr.in_flight = true;
         st->n_submissions++;
         xrt::run *run = &rr.run;
-        bool to = false, cancelled = false;
         int s = wait_sliced([run](ms t) { return run->wait2(t) == std::cv_status::no_timeout; },
-                            timeout_ms, cancel, &to, &cancelled);
+                            timeout_ms, cancel, st);
         if (s == ERT_CMD_STATE_COMPLETED) {
             rr.in_flight = false;
             return s;
         }
-        st->host_timeout = to;
-        st->cancelled = cancelled;
         char msg[160];
+        bool to = st->host_timeout;
         std::snprintf(msg, sizeof msg, to ? "host wait gave up after %d ms on run %d (still "
                                             "running)"
                                           : "wait on run %d cancelled",
@@ -619,16 +642,10 @@ int xrtb_run(xrtb_dev *d, int k, const int *bos, int n_bos, int *out, char *err,
             return -EINVAL;
         }
     return guarded(err, errlen, "run", [&]() {
-        kernel &kk = d->kernels[k];
         run_rec rr;
         rr.kernel = k;
         rr.bos.assign(bos, bos + n_bos);
-        rr.run = xrt::run(kk.k);
-        rr.run.set_arg(0, static_cast<int>(XRTB_OPCODE));
-        rr.run.set_arg(1, kk.instr);
-        rr.run.set_arg(2, static_cast<int>(kk.n_words));
-        for (int i = 0; i < n_bos; i++)
-            rr.run.set_arg(3 + i, d->bos[bos[i]]);
+        rr.run = new_run(d, rr);
         d->runs.push_back(std::move(rr));
         *out = static_cast<int>(d->runs.size() - 1);
         return 0;
@@ -700,23 +717,9 @@ int xrtb_reset(xrtb_dev *d, int wait_ms, char *err, size_t errlen)
             // Still walking: leave list and runs to the graveyard and give the
             // layers fresh run objects.
             stuck++;
-            for (int r : l.runs) {
-                run_rec &rr = d->runs[r];
-                d->graveyard.push_back(rr.run);
-                try {
-                    kernel &kk = d->kernels[rr.kernel];
-                    rr.run = xrt::run(kk.k);
-                    rr.run.set_arg(0, static_cast<int>(XRTB_OPCODE));
-                    rr.run.set_arg(1, kk.instr);
-                    rr.run.set_arg(2, static_cast<int>(kk.n_words));
-                    for (size_t i = 0; i < rr.bos.size(); i++)
-                        rr.run.set_arg(3 + static_cast<int>(i), d->bos[rr.bos[i]]);
-                } catch (const std::exception &e) {
-                    say(err, errlen, "reset: cannot recreate a run: %s",
-                        first_line(e.what()).c_str());
+            for (int r : l.runs)
+                if (replace_stuck_run(d, d->runs[r], err, errlen) != 0)
                     return -EIO;
-                }
-            }
             drop_list(d, static_cast<int>(li));
             continue;
         }
@@ -738,19 +741,8 @@ int xrtb_reset(xrtb_dev *d, int wait_ms, char *err, size_t errlen)
         }
         if (rr.in_flight) {
             stuck++;
-            d->graveyard.push_back(rr.run);
-            try {
-                kernel &kk = d->kernels[rr.kernel];
-                rr.run = xrt::run(kk.k);
-                rr.run.set_arg(0, static_cast<int>(XRTB_OPCODE));
-                rr.run.set_arg(1, kk.instr);
-                rr.run.set_arg(2, static_cast<int>(kk.n_words));
-                for (size_t i = 0; i < rr.bos.size(); i++)
-                    rr.run.set_arg(3 + static_cast<int>(i), d->bos[rr.bos[i]]);
-            } catch (const std::exception &e) {
-                say(err, errlen, "reset: cannot recreate a run: %s", first_line(e.what()).c_str());
+            if (replace_stuck_run(d, rr, err, errlen) != 0)
                 return -EIO;
-            }
             rr.in_flight = false;
         }
     }

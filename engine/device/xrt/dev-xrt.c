@@ -62,7 +62,6 @@ struct xrt_dev {
     bool loaded, needs_reset, seq_open;
     int seq_len;
     enum eng_ert_state last_failure;
-    struct eng_device_stats stats;
     char desc[320];
 };
 
@@ -379,7 +378,6 @@ static void fail(struct xrt_dev *x, struct eng_run_result *out, int state, int c
     snprintf(out->message, sizeof out->message, "%.159s", msg);
     x->needs_reset = true;
     x->last_failure = out->state;
-    x->stats.failed++;
 }
 
 static void fail_status(struct xrt_dev *x, struct eng_run_result *out, const struct xrtb_status *st,
@@ -420,7 +418,6 @@ static void x_run_runlist(void *ctx, eng_device_seq *seq, const struct eng_runli
     struct xrt_dev *x = ctx;
     char e2[200];
     (void)seq;
-    x->stats.runlists++;
     if (x->needs_reset) {
         char m[96];
         snprintf(m, sizeof m, "device needs reset (a runlist ended in %s)",
@@ -495,14 +492,7 @@ static int x_reset(void *ctx, char *err, size_t errlen)
         return eng__fail(err, errlen, rc, "xrt device: reset failed: %s", e2);
     x->needs_reset = false;
     x->seq_len = 0;     /* the device-side KV is lost */
-    x->stats.resets++;
     return 0;
-}
-
-static void x_get_stats(void *ctx, struct eng_device_stats *out)
-{
-    struct xrt_dev *x = ctx;
-    *out = x->stats;
 }
 
 static void x_close(void *ctx)
@@ -533,7 +523,6 @@ static const struct eng_device_i xrt_iface = {
     .seq_truncate = x_seq_truncate,
     .run_runlist = x_run_runlist,
     .reset = x_reset,
-    .get_stats = x_get_stats,
     .close = x_close,
 };
 

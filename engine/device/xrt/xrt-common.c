@@ -6,6 +6,7 @@
 #include "engine/device/xrt/kset.h"
 #include "engine/device/xrt/xrt-impl.h"
 #include "minicpmd-build.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <math.h>
@@ -105,13 +106,6 @@ out:
 
 /* ---- --npu-probe -------------------------------------------------------------- */
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 struct probe_row {
     int k;                      /* ENG_PLAN_ALL or >= 1 */
     int k_eff, runlists;
@@ -170,7 +164,7 @@ int eng_xrt_probe_run(struct eng_device *dev, const char *pack_dir, const char *
             int32_t tok = (int32_t)(1 + s % (pi->hp.n_vocab - 1));
             struct eng_batch b = {.tokens = &tok, .n_tokens = 1, .logits = logits,
                                   .phase = ENG_PHASE_DECODE, .token_index = s};
-            double t0 = now_ms();
+            double t0 = ut_now_s() * 1e3;
             for (int i = 0; i < plan.n_runlists; i++) {
                 struct eng_run_result res;
                 const struct eng_runlist *rl = &plan.runlists[i];
@@ -191,7 +185,7 @@ int eng_xrt_probe_run(struct eng_device *dev, const char *pack_dir, const char *
             }
             if (row->state != ENG_ERT_COMPLETED)
                 break;
-            double t = now_ms() - t0;
+            double t = ut_now_s() * 1e3 - t0;
             sum += t;
             if (!row->steps_ok || t < row->token_ms_min)
                 row->token_ms_min = t;

@@ -1,0 +1,22 @@
+/* defaults — the defaults and limits that config/, api/ and engine/ must agree on,
+ * each defined once here (the others name these). */
+#ifndef MINICPMD_UTIL_DEFAULTS_H
+#define MINICPMD_UTIL_DEFAULTS_H
+
+/* Positions one forward pass takes at most: the bound of a prefill chunk. */
+#define UT_MAX_BATCH 512
+
+/* Prompt tokens per prefill step (--prefill-chunk), 1 .. UT_MAX_BATCH. */
+#define UT_PREFILL_CHUNK_DEFAULT 512
+
+/* --runlist-layers auto: how often one request may halve K and replay
+ * (--runlist-retries). */
+#define UT_RUNLIST_RETRIES_DEFAULT 4
+
+/* Stop strings per request: OpenAI's limit. */
+#define UT_MAX_STOP 4
+
+/* top_logprobs per token: OpenAI's limit, and what the sampler keeps. */
+#define UT_MAX_TOP_LOGPROBS 20
+
+#endif
