@@ -41,7 +41,7 @@ void srv_response_bad(struct srv_response *resp, const struct api_bad_request *b
  * defaults; template_only for /apply-template. The model must be ready. */
 struct api_chat_limits srv_app_chat_limits(const struct srv_app *app, bool template_only);
 
-/* server/text.c */
+/* server/inspect.c */
 int srv_h_tokenize(srv_request *req, struct srv_response *resp);
 int srv_h_detokenize(srv_request *req, struct srv_response *resp);
 int srv_h_apply_template(srv_request *req, struct srv_response *resp);

@@ -280,10 +280,13 @@ def disconnect_mid_stream_frees_worker():
 
 @test
 def queue_full_gives_503():
-    d = pack_daemon(["--device", "sim", "--sim-latency-us", "3000", "--queue-size", "1"])
-    long = {"model": PACK, "stream": True, "max_tokens": 300,
-            "messages": [{"role": "user", "content": "go"}],
-            "logit_bias": {"1": -100, "1023": -100}}
+    """No timing: the running request hangs in the sim's first runlist (more than
+    one layer, over --sim-runlist-limit 1, and a 10-minute timeout) until its client
+    leaves, so the queue stays full for as long as the test needs."""
+    d = pack_daemon(["--device", "sim", "--sim-runlist-limit", "1", "--sim-timeout-ms",
+                     "600000", "--runlist-layers", "all", "--queue-size", "1"])
+    long = {"model": PACK, "stream": True, "max_tokens": 4,
+            "messages": [{"role": "user", "content": "go"}]}
     socks = [raw_stream(d, long)[0] for _ in range(2)]   # one running, one queued
     r = chat(d, max_tokens=2)
     eq(r.status, 503, "status with a full queue")
