@@ -1,5 +1,5 @@
 /* Shared by the Criterion tests that need a generated pack (test-device.c,
- * test-worker.c): "<MINICPMD_TEST_WORK>/<preset>", made by MINICPMD_PACK on first
+ * test-worker-*.c): "<MINICPMD_TEST_WORK>/<preset>", made by MINICPMD_PACK on first
  * use, atomically (a temporary directory renamed into place), seed 7. */
 #ifndef MINICPMD_TESTS_PACKS_H
 #define MINICPMD_TESTS_PACKS_H

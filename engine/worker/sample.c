@@ -14,7 +14,7 @@
  * target mass) and finds the cut by a weighted quickselect, O(n) without sorting;
  * with no top-p the draw walks block sums, then one block. Bias and penalties
  * touch only the ids they name. All scratch is allocated by eng_sampler_new.
- * Typical costs are in tests/test-sample.c (big::speed).
+ * Typical costs are in tests/test-sample-big.c (big::speed).
  *
  * Reproducibility. "Same seed and same logits give the same token on every
  * machine" needs more than a portable generator:
