@@ -74,6 +74,12 @@ eng_detok *eng_detok_new(const eng_tokenizer *t, bool skip_special, const char *
                          size_t n_stops);
 void eng_detok_free(eng_detok *d);
 
+/* With skip_special: still give the text of MiniCPM5's tool-call markup tokens
+ * (`<function`, `</function>`, `<param`, `</param>`), which its tokenizer.json marks
+ * special but which the output parser must see to find tool calls. Off by default
+ * (then the stream equals eng_tokenizer_decode() with skip_special). */
+void eng_detok_keep_markup(eng_detok *d);
+
 /* Feed one id. Appends the text that is now certain to *out (malloc'd,
  * NUL-terminated, caller frees; NULL when nothing is ready) and returns its length,
  * or -errno. Sets *stopped when a stop string completed: the text before it has

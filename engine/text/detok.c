@@ -18,6 +18,7 @@
 struct eng_detok {
     const eng_tokenizer *t;
     bool skip_special;
+    bool keep_markup;
     char **stops;
     size_t *stop_len;
     size_t n_stops;
@@ -119,6 +120,19 @@ static int release(eng_detok *d, bool final, char **out, bool *stopped)
     return take(d, n - keep, out);
 }
 
+void eng_detok_keep_markup(eng_detok *d) { d->keep_markup = true; }
+
+static bool is_markup(const eng_tokenizer *t, int32_t id)
+{
+    static const char *const tags[] = {"<function", "</function>", "<param", "</param>"};
+    const char *b;
+    size_t k = eng_tokenizer_token_bytes(t, id, false, &b);
+    for (size_t i = 0; i < sizeof tags / sizeof *tags; i++)
+        if (k == strlen(tags[i]) && memcmp(b, tags[i], k) == 0)
+            return true;
+    return false;
+}
+
 int eng_detok_push(eng_detok *d, int32_t id, char **out, bool *stopped)
 {
     *out = NULL;
@@ -126,7 +140,8 @@ int eng_detok_push(eng_detok *d, int32_t id, char **out, bool *stopped)
     if (d->stopped)
         return 0;
     const char *b;
-    size_t k = eng_tokenizer_token_bytes(d->t, id, d->skip_special, &b);
+    bool skip = d->skip_special && !(d->keep_markup && is_markup(d->t, id));
+    size_t k = eng_tokenizer_token_bytes(d->t, id, skip, &b);
     if (k == 0)
         return 0;
     int rc;

@@ -458,6 +458,7 @@ void eng__worker_run(struct eng_worker *w, eng_gen_req *r)
         emit_error(&g, -ENOMEM, true, false, "out of memory");
         goto out;
     }
+    eng_detok_keep_markup(g.detok);  /* the output parser reads <function ...</function> */
     if (w->device_broken) {
         /* The last reset failed: try once more before giving the device work. */
         if ((rc = eng_device_reset(w->dev, msg, sizeof msg))) {
