@@ -269,6 +269,60 @@ MCD_TEST(tokenizer, detok_split_characters)
     eng_tokenizer_free(t);
 }
 
+/* MiniCPM5's tokenizer.json marks `<function` and `</function>` special (ids 18 and
+ * 19, docs/model-minicpm5.md §2.2): the worker's stream skips special tokens but
+ * must keep those, or the output parser never sees a tool call. */
+MCD_TEST(tokenizer, detok_keeps_tool_markup)
+{
+    char *path = src_path("data/tiny-tokenizer.json");
+    json_t *root = json_load_file(path, 0, NULL);
+    cr_assert_not_null(root);
+    json_t *added = json_object_get(root, "added_tokens");
+    const char *markup[] = {"<function", "</function>", "<param", "</param>"};
+    for (int i = 0; i < 4; i++)
+        json_array_append_new(added, json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id",
+                                               310 + i, "content", markup[i], "special", 1,
+                                               "lstrip", 0, "rstrip", 0, "normalized", 0,
+                                               "single_word", 0));
+    char tmp[] = "/tmp/mcd-tok-XXXXXX";
+    int fd = mkstemp(tmp);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    cr_assert_eq(json_dump_file(root, tmp, 0), 0);
+    json_decref(root);
+    free(path);
+    char err[512];
+    eng_tokenizer *t;
+    eng_tokenizer_load(tmp, &t, err, sizeof err);
+    unlink(tmp);
+    cr_assert_not_null(t, "%s", err);
+    /* <function a </function> <|end|> b */
+    const int32_t ids[] = {310, 97, 311, 300, 98};
+    for (int keep = 0; keep < 2; keep++) {
+        eng_detok *d = eng_detok_new(t, true, NULL, 0);
+        cr_assert_not_null(d);
+        if (keep)
+            eng_detok_keep_markup(d);
+        char text[128] = "";
+        for (size_t i = 0; i < sizeof ids / sizeof *ids; i++) {
+            char *out = NULL;
+            bool stopped = false;
+            cr_assert_geq(eng_detok_push(d, ids[i], &out, &stopped), 0);
+            if (out)
+                strncat(text, out, sizeof text - strlen(text) - 1);
+            free(out);
+        }
+        char *rest = NULL;
+        if (eng_detok_flush(d, &rest) > 0 && rest)
+            strncat(text, rest, sizeof text - strlen(text) - 1);
+        free(rest);
+        /* <|end|> is skipped either way; the markup only without keep_markup. */
+        cr_assert_str_eq(text, keep ? "<functiona</function>b" : "ab", "keep_markup %d", keep);
+        eng_detok_free(d);
+    }
+    eng_tokenizer_free(t);
+}
+
 MCD_TEST(tokenizer, detok_stop_strings)
 {
     eng_tokenizer *t = load_tiny();
