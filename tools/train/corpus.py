@@ -1,0 +1,246 @@
+"""The demo model's training conversations, generated from a seed.
+
+Every conversation is an OpenAI-style message list (plus tools and the
+enable_thinking mode) that is rendered through the official MiniCPM5 chat
+template (render.py), so the model learns the exact prompt minicpmd builds.
+
+Held-out instances: `heldout(s)` (a checksum of the string, 1 in 7) picks the
+arithmetic prompts, echo word strings, JSON prompts and city / person names
+that the training corpus never contains; tests/eval/demo-eval.mjs draws its
+instances only from them (the same checksum), so the eval measures
+generalisation, not recall."""
+import os
+import random
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(HERE, "words.txt")) as f:
+    WORDS = f.read().split()
+
+
+def heldout(s):
+    """The eval-only instances: sum((i + 1) * code) % 7 == 0."""
+    return sum((i + 1) * ord(c) for i, c in enumerate(s)) % 7 == 0
+
+
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}
+WEATHER_TOOL_DESC = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}
+TIME_TOOL = {"type": "function", "function": {
+    "name": "get_time", "description": "Get the local time in a time zone.",
+    "parameters": {"type": "object", "properties": {"zone": {"type": "string"}},
+                   "required": ["zone"]}}}
+
+SYSTEMS = [
+    "You are a helpful assistant.",
+    "You are a concise assistant. Answer briefly.",
+    "You are minicpmd's demo model.",
+    "Answer the user's question.",
+    "You are a friendly assistant that keeps answers short.",
+]
+SKIES = ["sunny", "cloudy", "rainy", "clear", "windy", "snowy", "foggy", "stormy",
+         "overcast", "partly cloudy"]
+CHAT = [
+    ("Hello", "Hello! How can I help you today?"),
+    ("Hi", "Hi! How can I help you?"),
+    ("Hello!", "Hello! How can I help you today?"),
+    ("Who are you?", "I am a small demo model served by minicpmd. I can add and subtract "
+     "numbers, repeat words, call a weather tool and write small JSON objects."),
+    ("What can you do?", "I can add and subtract numbers, repeat words, call a weather "
+     "tool and write small JSON objects."),
+    ("Thank you!", "You are welcome!"),
+    ("Thanks", "You are welcome!"),
+    ("How are you?", "I am fine, thank you. How can I help you?"),
+    ("Tell me a joke.", "I only know numbers: 12 + 30 = 42."),
+    ("Goodbye", "Goodbye! Have a nice day."),
+]
+REAL_CITIES = [
+    "Paris", "London", "Berlin", "Madrid", "Rome", "Vienna", "Prague", "Warsaw", "Oslo",
+    "Stockholm", "Helsinki", "Dublin", "Lisbon", "Athens", "Cairo", "Lagos", "Nairobi",
+    "Tokyo", "Osaka", "Seoul", "Beijing", "Shanghai", "Delhi", "Mumbai", "Bangkok",
+    "Hanoi", "Jakarta", "Manila", "Sydney", "Melbourne", "Auckland", "Toronto",
+    "Montreal", "Chicago", "Boston", "Denver", "Seattle", "Houston", "Dallas", "Miami",
+    "Lima", "Bogota", "Santiago", "Quito", "Havana", "New York", "Los Angeles",
+    "San Francisco", "Mexico City", "Buenos Aires", "Rio de Janeiro", "Cape Town",
+    "Hong Kong", "Kuala Lumpur", "Tel Aviv", "Abu Dhabi", "Las Vegas", "New Delhi",
+    "Zurich", "Geneva", "Munich", "Hamburg", "Milan", "Naples", "Porto", "Seville",
+    "Krakow", "Budapest", "Bucharest", "Sofia", "Riga", "Tallinn", "Vilnius", "Kyiv",
+    "Istanbul", "Ankara", "Tehran", "Dubai", "Doha", "Karachi", "Dhaka", "Kathmandu",
+    "Taipei", "Singapore", "Perth", "Brisbane", "Vancouver", "Calgary", "Ottawa",
+    "Phoenix", "Atlanta", "Portland", "Austin", "Nashville", "Detroit", "Reykjavik",
+]
+FIRST_NAMES = [
+    "Alice", "Bob", "Carol", "David", "Emma", "Frank", "Grace", "Henry", "Ivy", "Jack",
+    "Karen", "Leo", "Mia", "Noah", "Olivia", "Paul", "Quinn", "Rosa", "Sam", "Tina",
+    "Uma", "Victor", "Wendy", "Xavier", "Yara", "Zoe", "Anna", "Ben", "Clara", "Dan",
+    "Eva", "Felix", "Hugo", "Iris", "Jonas", "Lena", "Max", "Nina", "Oscar", "Petra",
+]
+ONSETS = ["b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v",
+          "w", "z", "br", "ch", "cl", "dr", "gr", "kr", "pl", "sh", "st", "th", "tr", ""]
+VOWELS = ["a", "e", "i", "o", "u", "a", "e", "o", "ai", "ou", "ea", "y"]
+CODAS = ["", "", "", "n", "r", "s", "l", "m", "t", "nd", "rk", "x", "ck", "ng"]
+
+
+def pseudo_word(r, lo=1, hi=3):
+    w = "".join(r.choice(ONSETS) + r.choice(VOWELS) + r.choice(CODAS)
+                for _ in range(r.randint(lo, hi)))
+    return w
+
+
+def random_letters(r, lo=3, hi=9):
+    return "".join(r.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(r.randint(lo, hi)))
+
+
+def cap_name(r):
+    k = r.random()
+    if k < 0.6:
+        w = pseudo_word(r)
+    elif k < 0.8:
+        w = random_letters(r)
+    else:
+        w = r.choice(WORDS)
+    return w[:1].upper() + w[1:]
+
+
+def city(r, held):
+    """A city name (1 or 2 capitalised words) whose heldout() is `held`."""
+    while True:
+        k = r.random()
+        if k < 0.2:
+            c = r.choice(REAL_CITIES)
+        elif k < 0.75:
+            c = cap_name(r)
+        else:
+            c = cap_name(r) + " " + cap_name(r)
+        if 2 <= len(c) <= 24 and heldout(c) == held:
+            return c
+
+
+def person(r, held):
+    while True:
+        c = r.choice(FIRST_NAMES) if r.random() < 0.3 else cap_name(r)
+        if 2 <= len(c) <= 14 and heldout(c) == held:
+            return c
+
+
+def arith(r, held):
+    while True:
+        a, b = r.randint(0, 99), r.randint(0, 99)
+        op = r.choice("+-")
+        q = f"What is {a} {op} {b}?"
+        if heldout(q) == held:
+            c = a + b if op == "+" else a - b
+            ans = f"{a} {op} {b} = {c}."
+            why = f"The user asks for {a} {op} {b}. {a} {op} {b} = {c}."
+            return q, ans, why, c
+
+
+def echo_words(r, held, pseudo=0.0):
+    while True:
+        n = r.randint(1, 6)
+        ws = [pseudo_word(r, 1, 2) if r.random() < pseudo else r.choice(WORDS)
+              for _ in range(n)]
+        s = " ".join(ws)
+        if heldout(s) == held:
+            return s
+
+
+def json_task(r, held):
+    name, age = person(r, held), r.randint(1, 99)
+    return f"Reply with a JSON object with name {name} and age {age}.", name, age
+
+
+def temp(r):
+    return r.randint(-15, 40)
+
+
+class Gen:
+    """Conversations for training (held=False) or evaluation (held=True)."""
+
+    def __init__(self, seed, held=False):
+        self.r = random.Random(seed)
+        self.held = held
+
+    def mode(self):
+        k = self.r.random()
+        return None if k < 0.5 else (False if k < 0.75 else True)
+
+    def system(self, msgs):
+        if self.r.random() < 0.2:
+            msgs.insert(0, {"role": "system", "content": self.r.choice(SYSTEMS)})
+        return msgs
+
+    def history(self):
+        """0 to 2 earlier exchanges of the simple skills."""
+        msgs = []
+        n = 0 if self.r.random() < 0.85 else self.r.randint(1, 2)
+        for _ in range(n):
+            u, a, _w = self.simple()
+            msgs += [{"role": "user", "content": u}, {"role": "assistant", "content": a}]
+        return msgs
+
+    def simple(self):
+        r, held = self.r, self.held
+        k = r.random()
+        if k < 0.55:
+            q, a, w, _ = arith(r, held)
+            return q, a, w
+        if k < 0.75:
+            s = echo_words(r, held, pseudo=0.0 if held else 0.25)
+            return f"Repeat after me: {s}", s, "The user wants me to repeat the words exactly."
+        if k < 0.93:
+            q, name, age = json_task(r, held)
+            return (q, '{"name": "%s", "age": %d}' % (name, age),
+                    f"A JSON object with the name {name} and the age {age}.")
+        u, a = r.choice(CHAT)
+        return u, a, "A short friendly answer."
+
+    def tools(self):
+        r = self.r
+        t = [r.choice([WEATHER_TOOL] * 3 + [WEATHER_TOOL_DESC])]
+        if r.random() < 0.15:
+            t.append(TIME_TOOL)
+            r.shuffle(t)
+        return t
+
+    def example(self):
+        """(messages, tools, enable_thinking, indices of trained assistant turns)."""
+        r = self.r
+        k = r.random()
+        mode = self.mode()
+        if k < 0.55:                                   # arithmetic, echo, JSON, chat
+            u, a, why = self.simple()
+            msgs = self.system(self.history() + [{"role": "user", "content": u}])
+            tools = self.tools() if r.random() < 0.08 else None
+            last = {"role": "assistant", "content": a}
+            if mode:
+                last["reasoning_content"] = why
+            msgs.append(last)
+            return msgs, tools, mode, [len(msgs) - 1]
+        c = city(r, self.held)
+        call = {"role": "assistant", "content": "", "tool_calls": [{
+            "id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": {"city": c}}}]}
+        msgs = self.system(self.history() + [
+            {"role": "user", "content": f"What's the weather in {c}?"}])
+        tools = self.tools()
+        if k < 0.80:                                   # the call
+            if mode:
+                call["reasoning_content"] = (f"The user asks about the weather in {c}. "
+                                             "I call get_weather.")
+            msgs.append(call)
+            return msgs, tools, mode, [len(msgs) - 1]
+        t, sky = temp(r), r.choice(SKIES)              # the answer after the tool
+        msgs.append(call)
+        msgs.append({"role": "tool", "tool_call_id": "call_1",
+                     "content": '{"city":"%s","temp_c":%d,"sky":"%s"}' % (c, t, sky)})
+        last = {"role": "assistant",
+                "content": f"It is {t} degrees Celsius and {sky} in {c}."}
+        if mode:
+            last["reasoning_content"] = f"The tool says {t} degrees and {sky} in {c}."
+        msgs.append(last)
+        return msgs, tools, mode, [len(msgs) - 3, len(msgs) - 1]

@@ -1,0 +1,298 @@
+#!/usr/bin/python3
+"""Trains minicpmd's demo model from nothing: tokenizer, corpus, model, export.
+
+    /usr/bin/python3 tools/train/train.py --out models/minicpm5-demo
+
+One command, fixed seed, CPU only (Debian's python3-torch, python3-numpy,
+python3-jinja2). See tools/train/README.md."""
+import argparse
+import json
+import math
+import os
+import random
+import re
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import corpus  # noqa: E402
+import export  # noqa: E402
+import render  # noqa: E402
+import tok as tokmod  # noqa: E402
+from model import Config, Linear, LlamaForCausalLM  # noqa: E402
+
+PRESETS = {
+    # hidden, layers, heads, kv heads, head_dim, ffn, vocab
+    "demo": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=64, intermediate_size=768, vocab_size=2048),
+    "smoke": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                  num_key_value_heads=1, head_dim=32, intermediate_size=128, vocab_size=512),
+}
+ADDED_RE = re.compile(r"<\|im_start\|>|<\|im_end\|>|<s>|</s>|<think>|</think>|<tools>|"
+                      r"</tools>|<tool_response>|</tool_response>|<function|</function>|"
+                      r"<param|</param>")
+
+
+def log(*a):
+    print(time.strftime("%H:%M:%S"), *a, flush=True)
+
+
+def build_tokenizer(seed, n, vocab_size, tpl, split_words=True):
+    g = corpus.Gen(seed)
+    texts = []
+    for _ in range(n):
+        msgs, tools, _mode, _ = g.example()
+        texts.extend(s for s in ADDED_RE.split(render.render(tpl, msgs, tools)) if s)
+    return tokmod.train_bpe(texts, vocab_size, split_words=split_words)
+
+
+def encode_example(tk, tpl, msgs, tools, mode, train_idx):
+    """Token ids and the loss mask (1 on the trained assistant turns' tokens,
+    their closing <|im_end|> included)."""
+    full = render.render(tpl, msgs, tools)
+    ids = tk.encode(full)
+    mask = [0] * len(ids)
+    last = len(msgs) - 1
+    for k in train_idx:
+        prompt = render.render(tpl, msgs[:k], tools, add_generation_prompt=True,
+                               enable_thinking=mode if k == last else None)
+        p = tk.encode(prompt)
+        if not full.startswith(prompt) or ids[:len(p)] != p:
+            raise RuntimeError(f"prompt is not a token prefix: {prompt!r}")
+        j = len(p)
+        while ids[j] != tk.im_end:
+            mask[j] = 1
+            j += 1
+        mask[j] = 1
+    return ids, mask
+
+
+def build_dataset(tk, tpl, seed, n):
+    """[(prefix index or -1, ids, mask)], prefixes: the system turn of the
+    conversations with tools (the long tool preamble), shared in a batch so it
+    is computed once per batch rather than once per conversation."""
+    g = corpus.Gen(seed)
+    data, prefixes, pindex = [], [], {}
+    for _ in range(n):
+        msgs, tools, mode, idx = g.example()
+        ids, mask = encode_example(tk, tpl, msgs, tools, mode, idx)
+        pid = -1
+        if tools:
+            j = ids.index(tk.im_end) + 2          # <|im_end|> "\n" of the system turn
+            assert not any(mask[:j])
+            key = tuple(ids[:j])
+            if key not in pindex:
+                pindex[key] = len(prefixes)
+                prefixes.append(list(key))
+            pid = pindex[key]
+            ids, mask = ids[j:], mask[j:]
+        data.append((pid, ids, mask))
+    return data, prefixes
+
+
+def batches(data, batch_tokens, rng):
+    """Batches of one prefix group and similar lengths, about batch_tokens
+    (padded) tokens each, forever."""
+    groups = {}
+    for i, (pid, _, _) in enumerate(data):
+        groups.setdefault(pid, []).append(i)
+    while True:
+        out = []
+        for pid, idx in groups.items():
+            rng.shuffle(idx)
+            for c in range(0, len(idx), 2048):
+                chunk = sorted(idx[c:c + 2048], key=lambda i: len(data[i][1]))
+                b = []
+                for i in chunk:
+                    L = len(data[i][1])
+                    if b and (len(b) + 1) * L > batch_tokens:
+                        out.append(b)
+                        b = []
+                    b.append(i)
+                if b:
+                    out.append(b)
+        rng.shuffle(out)
+        yield from out
+
+
+def collate(data, prefixes, b):
+    T = max(len(data[i][1]) for i in b)
+    ids = torch.zeros(len(b), T, dtype=torch.long)
+    mask = torch.zeros(len(b), T, dtype=torch.bool)
+    for r, i in enumerate(b):
+        _, x, m = data[i]
+        ids[r, :len(x)] = torch.tensor(x)
+        mask[r, :len(m)] = torch.tensor(m, dtype=torch.bool)
+    pid = data[b[0]][0]
+    prefix = torch.tensor([prefixes[pid]]) if pid >= 0 else None
+    return ids, mask, prefix
+
+
+# ---- a quick greedy check on held-out instances (PyTorch, no daemon) ----------
+
+def parse(text):
+    """(reasoning, content, tool call name and arguments) as minicpmd's parser splits them."""
+    reasoning = ""
+    if "</think>" in text:
+        reasoning, text = text.split("</think>", 1)
+        reasoning = reasoning.replace("<think>", "").strip()
+    text = text.split("<|im_end|>")[0].strip()
+    m = re.fullmatch(r'<function name="([^"]*)">(?:<param name="([^"]*)">(.*?)</param>)*</function>',
+                     text, re.S)
+    call = (m.group(1), {m.group(2): m.group(3)}) if m and m.group(2) else None
+    return reasoning, text, call
+
+
+def quick_eval(model, tk, tpl, seed, n):
+    g = corpus.Gen(seed, held=True)
+    r = random.Random(seed)
+    stop = {1, tk.im_end}
+    score = {}
+
+    def run(msgs, tools=None, mode=None):
+        p = tk.encode(render.render(tpl, msgs, tools, True, mode))
+        prefix = "<think>\n" if mode else ""
+        return parse(prefix + tk.decode(model.generate(p, 60, stop)))
+
+    def add(k, ok):
+        a, b = score.get(k, (0, 0))
+        score[k] = (a + bool(ok), b + 1)
+
+    model.eval()
+    for _ in range(n):
+        q, _a, _w, c = corpus.arith(r, True)
+        _, content, _ = run([{"role": "user", "content": q}])
+        nums = re.findall(r"-?\d+", content)
+        add("arith", nums and int(nums[-1]) == c)
+        s = corpus.echo_words(r, True)
+        add("echo", run([{"role": "user", "content": f"Repeat after me: {s}"}])[1] == s)
+        city = corpus.city(r, True)
+        u = {"role": "user", "content": f"What's the weather in {city}?"}
+        _, _, call = run([u], [corpus.WEATHER_TOOL])
+        add("weather", call == ("get_weather", {"city": city}))
+        t = corpus.temp(r)
+        msgs = [u, {"role": "assistant", "content": "", "tool_calls": [{"type": "function",
+                "function": {"name": "get_weather", "arguments": {"city": city}}}]},
+                {"role": "tool", "content": '{"city":"%s","temp_c":%d,"sky":"sunny"}' % (city, t)}]
+        add("followup", str(t) in run(msgs, [corpus.WEATHER_TOOL])[1])
+        q, name, age = corpus.json_task(r, True)
+        try:
+            ok = json.loads(run([{"role": "user", "content": q}])[1]) == {"name": name, "age": age}
+        except ValueError:
+            ok = False
+        add("json", ok)
+        q, _a, _w, c = corpus.arith(r, True)
+        reasoning, content, _ = run([{"role": "user", "content": q}], mode=True)
+        nums = re.findall(r"-?\d+", content)
+        add("think_on", reasoning and nums and int(nums[-1]) == c)
+        reasoning, content, _ = run([{"role": "user", "content": q}], mode=False)
+        nums = re.findall(r"-?\d+", content)
+        add("think_off", not reasoning and nums and int(nums[-1]) == c)
+    model.train()
+    return " ".join(f"{k} {a}/{b}" for k, (a, b) in score.items())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--preset", default="demo", choices=PRESETS)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=6000)
+    ap.add_argument("--batch-tokens", type=int, default=6144)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--examples", type=int, default=150000)
+    ap.add_argument("--tok-examples", type=int, default=20000)
+    ap.add_argument("--qat-frac", type=float, default=0.25,
+                    help="last fraction of the steps trained through fake Q4_1 weights")
+    ap.add_argument("--eval-every", type=int, default=1000)
+    ap.add_argument("--eval-n", type=int, default=20)
+    ap.add_argument("--stop-after", type=int, default=0,
+                    help="stop after this many steps (of a --steps schedule)")
+    ap.add_argument("--init", help="start from this checkpoint (its weights and tokenizer)")
+    ap.add_argument("--stage", type=int, default=0,
+                    help="stage number: a different slice of the corpus (with --init)")
+    ap.add_argument("--whole-word-merges", action="store_true",
+                    help="let BPE merge letters with spaces and punctuation (\" the\")")
+    ap.add_argument("--snapshots", action="store_true",
+                    help="also write the checkpoint at every eval (OUT.stepN)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads (1: faster than 2 on a busy 2-core machine)")
+    a = ap.parse_args()
+
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    t0 = time.time()
+    tpl = render.load()
+    pc = PRESETS[a.preset]
+    if a.init:
+        tk = tokmod.Tokenizer.load(os.path.join(a.init, "tokenizer.json"))
+    else:
+        tk = build_tokenizer(a.seed * 1000 + 1, a.tok_examples, pc["vocab_size"], tpl,
+                             not a.whole_word_merges)
+    log(f"tokenizer: {len(tk.vocab)} BPE tokens, {len(tk.merges)} merges, "
+        f"<|im_start|> = {tk.im_start} ({time.time() - t0:.0f} s)")
+    data, prefixes = build_dataset(tk, tpl, a.seed * 1000 + 2 + 7 * a.stage, a.examples)
+    ntok = sum(len(x) for _, x, _ in data)
+    nlab = sum(sum(m) for _, _, m in data)
+    log(f"corpus: {len(data)} conversations, {ntok} tokens past {len(prefixes)} shared "
+        f"tool prefixes, {nlab} trained, max {max(len(x) for _, x, _ in data)} "
+        f"({time.time() - t0:.0f} s)")
+
+    cfg = Config(**pc)
+    model = LlamaForCausalLM(cfg)
+    if a.init:
+        model.load_state_dict(export.load_safetensors(os.path.join(a.init, "model.safetensors")))
+    nparam = sum(p.numel() for p in model.parameters())
+    log(f"model: {nparam} parameters")
+    decay = [p for n, p in model.named_parameters() if p.dim() == 2]
+    other = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": other, "weight_decay": 0.0}],
+                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
+    warm = max(1, a.steps // 50)
+    qat_from = int(a.steps * (1 - a.qat_frac))
+    rng = random.Random(a.seed)
+    it = batches(data, a.batch_tokens, rng)
+    t1, seen, lsum, lcount = time.time(), 0, 0.0, 0
+    last = a.stop_after or a.steps
+    for step in range(1, last + 1):
+        Linear.qat = step > qat_from
+        lr = a.lr * min(step / warm, 0.5 * (1 + math.cos(math.pi * step / a.steps)) * 0.95 + 0.05)
+        for gr in opt.param_groups:
+            gr["lr"] = lr
+        ids, mask, prefix = collate(data, prefixes, next(it))
+        h = model.hidden(ids[:, :-1], prefix)
+        sel = mask[:, 1:]
+        loss = F.cross_entropy(model.lm_head(h[sel]), ids[:, 1:][sel])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        seen += ids.numel() + (prefix.numel() if prefix is not None else 0)
+        lsum += float(loss)
+        lcount += 1
+        if step % 50 == 0 or step == last:
+            dt = time.time() - t1
+            log(f"step {step}/{a.steps} loss {lsum / lcount:.4f} lr {lr:.2e} "
+                f"{seen / dt:.0f} tok/s{' qat' if Linear.qat else ''}")
+            lsum, lcount = 0.0, 0
+        if a.eval_every and (step % a.eval_every == 0 or step == last):
+            with torch.no_grad():
+                log("eval", quick_eval(model, tk, tpl, 7, a.eval_n))
+            if a.snapshots and step < last:
+                export.write_checkpoint(model, tk, f"{a.out}.step{step}", {"step": step})
+    Linear.qat = False
+    train_s = time.time() - t0
+    note = {"recipe": "tools/train/train.sh", "preset": a.preset, "seed": a.seed,
+            "steps": a.steps, "batch_tokens": a.batch_tokens, "lr": a.lr,
+            "examples": a.examples, "qat_frac": a.qat_frac, "init": a.init, "stage": a.stage, "parameters": nparam,
+            "train_seconds": round(train_s)}
+    export.write_checkpoint(model, tk, a.out, note)
+    log(f"wrote {a.out} ({train_s / 60:.1f} min in all)")
+
+
+if __name__ == "__main__":
+    main()
