@@ -287,8 +287,13 @@ def queue_full_gives_503():
                      "600000", "--runlist-layers", "all", "--queue-size", "1"])
     long = {"model": PACK, "stream": True, "max_tokens": 4,
             "messages": [{"role": "user", "content": "go"}]}
-    socks = [raw_stream(d, long)[0] for _ in range(2)]   # one running, one queued
-    r = chat(d, max_tokens=2)
+    # One running (the worker has taken it off the queue: a state, not a delay),
+    # then one queued.
+    socks = [raw_stream(d, long)[0]]
+    wait_for(lambda: "minicpmd_worker_busy 1" in d.metrics(), 20, "the first stream to run")
+    socks.append(raw_stream(d, long)[0])
+    wait_for(lambda: "minicpmd_queue_depth 1" in d.metrics(), 20, "the second to be queued")
+    r = chat(d, timeout=20, max_tokens=2)
     eq(r.status, 503, "status with a full queue")
     assert_error_object(r, code="server_busy")
     check(r.header("retry-after") is not None, "503 busy lacks Retry-After")
