@@ -38,19 +38,21 @@ const char *eng_engine_choose_device(const char *want, const char *pack_dir, cha
         why[0] = '\0';
     if (!is_auto && strcmp(want, "xrt") != 0)
         return want;
+    if (!pack_dir)          /* no model: "xrt" is opened as asked, "auto" is the CPU */
+        return is_auto ? "cpu" : "xrt";
+    /* Only a built bridge with a node present has a reason worth telling for auto;
+     * an explicit xrt hears the first problem whatever it is. */
+    bool present = eng_xrt_built() && eng_xrt_node_present();
+    if (!present && is_auto)
+        return "cpu";
     char e2[512];
-    bool usable = pack_dir && eng_xrt_built() && eng_xrt_node_present() &&
-                  eng_xrt_preflight(pack_dir, e2, sizeof e2) == 0;
-    if (usable)
+    if (eng_xrt_preflight(pack_dir, e2, sizeof e2) == 0)
         return "xrt";
     if (!is_auto) {
-        if (!pack_dir)
-            return "xrt";            /* nothing to check against: the open decides */
-        eng_xrt_preflight(pack_dir, err, errlen);
+        snprintf(err, errlen, "%s", e2);
         return NULL;
     }
-    /* Only a built bridge with a node present has a reason worth telling. */
-    if (pack_dir && eng_xrt_built() && eng_xrt_node_present() && why && whylen)
+    if (why && whylen)
         snprintf(why, whylen, "%s", e2);
     return "cpu";
 }

@@ -11,6 +11,8 @@
 #define MINICPMD_TESTS_CHECK_H
 
 #include <criterion/criterion.h>
+#include <stdio.h>
+#include <unistd.h>
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/lsan_interface.h>
@@ -29,5 +31,23 @@
         MCD_LEAK_CHECK();                                                                   \
     }                                                                                       \
     static void mcd_body_##suite##_##name(void)
+
+/* Write `text` to dir/name (a test's pack files); remove dir/name. */
+static inline void mcd_put_file(const char *dir, const char *name, const char *text)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "cannot write %s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+static inline void mcd_drop_file(const char *dir, const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    unlink(path);
+}
 
 #endif

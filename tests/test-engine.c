@@ -18,22 +18,8 @@ static const char *minicpm5_2b =
     "\"max_position_embeddings\":131072,\"rms_norm_eps\":1e-06,\"rope_theta\":5000000,"
     "\"tie_word_embeddings\":false}";
 
-static void put(const char *name, const char *text)
-{
-    char path[256];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
-}
-
-static void drop(const char *name)
-{
-    char path[256];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    unlink(path);
-}
+static void put(const char *name, const char *text) { mcd_put_file(dir, name, text); }
+static void drop(const char *name) { mcd_drop_file(dir, name); }
 
 static void setup(void)
 {

@@ -18,22 +18,8 @@
 
 static char dir[64];
 
-static void put(const char *name, const char *text)
-{
-    char path[256];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
-}
-
-static void drop(const char *name)
-{
-    char path[256];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    unlink(path);
-}
+static void put(const char *name, const char *text) { mcd_put_file(dir, name, text); }
+static void drop(const char *name) { mcd_drop_file(dir, name); }
 
 #define CONFIG_HEAD                                                                           \
     "{\"model_type\":\"llama\",\"hidden_size\":2048,\"num_hidden_layers\":42,"                \

@@ -18,7 +18,7 @@
 struct eng_detok {
     const eng_tokenizer *t;
     bool skip_special;
-    bool keep_markup;
+    int32_t markup[4];          /* ids whose text a skip_special stream keeps; -1 */
     char **stops;
     size_t *stop_len;
     size_t n_stops;
@@ -50,6 +50,8 @@ eng_detok *eng_detok_new(const eng_tokenizer *t, bool skip_special, const char *
         return NULL;
     d->t = t;
     d->skip_special = skip_special;
+    for (size_t i = 0; i < sizeof d->markup / sizeof *d->markup; i++)
+        d->markup[i] = -1;
     d->stops = calloc(n_stops + 1, sizeof *d->stops);
     d->stop_len = calloc(n_stops + 1, sizeof *d->stop_len);
     if (!d->stops || !d->stop_len)
@@ -120,15 +122,18 @@ static int release(eng_detok *d, bool final, char **out, bool *stopped)
     return take(d, n - keep, out);
 }
 
-void eng_detok_keep_markup(eng_detok *d) { d->keep_markup = true; }
-
-static bool is_markup(const eng_tokenizer *t, int32_t id)
+/* The ids are looked up once here, not per token on the worker's hot path. */
+void eng_detok_keep_markup(eng_detok *d)
 {
     static const char *const tags[] = {"<function", "</function>", "<param", "</param>"};
-    const char *b;
-    size_t k = eng_tokenizer_token_bytes(t, id, false, &b);
     for (size_t i = 0; i < sizeof tags / sizeof *tags; i++)
-        if (k == strlen(tags[i]) && memcmp(b, tags[i], k) == 0)
+        d->markup[i] = eng_tokenizer_token_id(d->t, tags[i]);
+}
+
+static bool is_markup(const eng_detok *d, int32_t id)
+{
+    for (size_t i = 0; i < sizeof d->markup / sizeof *d->markup; i++)
+        if (d->markup[i] == id)
             return true;
     return false;
 }
@@ -140,7 +145,7 @@ int eng_detok_push(eng_detok *d, int32_t id, char **out, bool *stopped)
     if (d->stopped)
         return 0;
     const char *b;
-    bool skip = d->skip_special && !(d->keep_markup && is_markup(d->t, id));
+    bool skip = d->skip_special && !is_markup(d, id);
     size_t k = eng_tokenizer_token_bytes(d->t, id, skip, &b);
     if (k == 0)
         return 0;
