@@ -19,11 +19,14 @@
     XX(CONTEXT_LENGTH,     400, "invalid_request_error", "context_length_exceeded")       \
     XX(UNAUTHORIZED,       401, "authentication_error",  "invalid_api_key")               \
     XX(FORBIDDEN,          403, "permission_error",      "origin_not_allowed")            \
+    XX(HOST_NOT_ALLOWED,   403, "permission_error",      "host_not_allowed")              \
     XX(NOT_FOUND,          404, "not_found_error",       "not_found")                     \
     XX(MODEL_NOT_FOUND,    404, "invalid_request_error", "model_not_found")               \
     XX(METHOD_NOT_ALLOWED, 405, "invalid_request_error", "method_not_allowed")            \
     XX(BODY_TOO_LARGE,     413, "invalid_request_error", "request_too_large")             \
+    XX(MEDIA_TYPE,         415, "invalid_request_error", "unsupported_media_type")        \
     XX(INTERNAL,           500, "server_error",          "internal_error")                \
+    XX(TRANSFER_ENCODING,  501, "invalid_request_error", "unsupported_transfer_encoding") \
     XX(LOADING,            503, "unavailable_error",     "model_loading")                 \
     XX(NO_MODEL,           503, "unavailable_error",     "no_model")                      \
     XX(BUSY,               503, "unavailable_error",     "server_busy")                   \

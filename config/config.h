@@ -46,12 +46,16 @@ struct cfg {
     char *host;                 /* "127.0.0.1" */
     int port;                   /* 8001; 0 = let the kernel pick (tests) */
     int max_connections;        /* connection cap (MHD_OPTION_CONNECTION_LIMIT) */
+    int max_connections_per_ip; /* MHD_OPTION_PER_IP_CONNECTION_LIMIT; 0 = none */
     int timeout_s;              /* per-connection idle timeout, seconds */
+    int request_timeout_s;      /* whole request (headers + body) must arrive by then; 0 = none */
     int shutdown_grace_s;       /* SIGTERM: how long in-flight requests may finish */
     size_t max_body_bytes;      /* request bodies above this get 413 */
     char *api_key;              /* NULL = no auth; from --api-key or --api-key-file */
     char **cors_origins;        /* NULL-terminated list; empty = CORS off */
     size_t n_cors_origins;
+    char **allowed_hosts;       /* Host header values accepted besides loopback's own */
+    size_t n_allowed_hosts;
 
     /* model and engine */
     char *model;                /* as given: a path or a tag; NULL = default */

@@ -53,9 +53,20 @@ const struct cfg__entry cfg__table[CFG__N_ENTRIES] = {
     ROW(PORT) = INT("port", port, 0, 65535, 8001, .metavar = "N",
                     .help = "TCP port; 0 lets the kernel choose"),
     ROW(MAX_CONNECTIONS) = INT("max-connections", max_connections, 1, 10000, 256,
-                               .metavar = "N", .help = "most client connections open at once"),
+                               .metavar = "N",
+                               .help = "most client connections open at once; more are "
+                                       "closed at once"),
+    ROW(MAX_CONNECTIONS_PER_IP) = INT("max-connections-per-ip", max_connections_per_ip, 0,
+                                      10000, UT_MAX_CONNECTIONS_PER_IP_DEFAULT, .metavar = "N",
+                                      .help = "most connections open at once from one client "
+                                              "address; 0 = no limit of its own"),
     ROW(TIMEOUT) = INT("timeout", timeout_s, 0, 86400, 600, .metavar = "SECONDS",
                        .help = "close a connection idle this long; 0 = never"),
+    ROW(REQUEST_TIMEOUT) = INT("request-timeout", request_timeout_s, 0, 86400,
+                               UT_REQUEST_TIMEOUT_DEFAULT, .metavar = "SECONDS",
+                               .help = "close a connection whose request (headers and body) "
+                                       "has not fully arrived this long after it began; "
+                                       "0 = never"),
     ROW(SHUTDOWN_TIMEOUT) = INT("shutdown-timeout", shutdown_grace_s, 0, 3600, 30,
                                 .metavar = "SECONDS",
                                 .help = "on SIGTERM, how long running requests may finish"),
@@ -74,6 +85,11 @@ const struct cfg__entry cfg__table[CFG__N_ENTRIES] = {
                             .check = cfg__check_origin, .metavar = "ORIGIN",
                             .help = "allow browser requests from ORIGIN "
                                     "(scheme://host[:port] or *); repeatable"),
+    ROW(ALLOWED_HOST) = LIST("allowed-host", allowed_hosts, n_allowed_hosts,
+                             .check = cfg__check_host, .metavar = "HOST",
+                             .help = "listening on loopback: accept this Host header too "
+                                     "(besides localhost, 127.0.0.1, [::1] and --host); "
+                                     "repeatable"),
     ROW(MODEL) = STR("model", model, NULL, .metavar = "PATH|TAG",
                      .help = "pack directory, a tag such as " CFG_DEFAULT_MODEL_TAG ", or none",
                      .def_help = CFG_DEFAULT_MODEL_TAG " if found, else the demo pack"),

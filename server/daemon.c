@@ -320,7 +320,12 @@ int srv_daemon_run(const struct cfg *cfg, const struct cfg_model_location *model
     struct srv_http_config hc = {
         .listen_fd = lis.fd,
         .max_connections = (unsigned)cfg->max_connections,
+        .max_connections_per_ip = (unsigned)cfg->max_connections_per_ip,
         .timeout_s = (unsigned)cfg->timeout_s,
+        .request_timeout_s = (unsigned)cfg->request_timeout_s,
+        .listen_host = cfg->host,
+        .allowed_hosts = cfg->allowed_hosts,
+        .n_allowed_hosts = cfg->n_allowed_hosts,
         .max_body_bytes = cfg->max_body_bytes,
         .api_key = cfg->api_key,
         .cors_origins = cfg->cors_origins,

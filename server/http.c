@@ -22,6 +22,8 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <microhttpd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -34,6 +36,9 @@
 #include <unistd.h>
 
 static void on_timer(uv_timer_t *t);
+
+/* srv_http_stop(): how long answers ended by the stop may take to go out. */
+#define STOP_FLUSH_MS 1000
 static void request_unref(srv_request *req);
 
 /* ---- request accessors --------------------------------------------------- */
@@ -208,6 +213,9 @@ static void deferred_remove(srv_http *h, srv_request *r)
         r->conn_ctx->deferred = NULL;
 }
 
+static void cancel(srv_request *req);
+void srv__request_cancel(srv_request *req) { cancel(req); }
+
 static void cancel(srv_request *req)
 {
     if (req->cancelled)
@@ -300,6 +308,9 @@ static enum MHD_Result on_headers(srv_request *req)
         resp.retry_after = "5";
         return respond(req, &resp);
     }
+    struct srv_response bad = {0};
+    if (srv__request_check(req, req->version, &bad) != 0)
+        return respond(req, &bad);
     if (strcmp(req->method, "OPTIONS") == 0)
         return preflight(req);
 
@@ -330,6 +341,8 @@ static enum MHD_Result on_headers(srv_request *req)
         srv_response_header(&resp, "Allow", allow);
         return respond(req, &resp);
     }
+    if (srv__request_check_body_type(req, &bad) != 0)
+        return respond(req, &bad);
 
     /* A declared length over the limit is refused before a byte of it is read
      * (and before MHD sends "100 Continue"). */
@@ -392,7 +405,7 @@ static enum MHD_Result on_complete_request(srv_request *req)
 }
 
 static srv_request *request_new(srv_http *h, struct MHD_Connection *conn, const char *url,
-                                const char *method)
+                                const char *method, const char *version)
 {
     srv_request *req = calloc(1, sizeof *req);
     if (!req)
@@ -403,6 +416,8 @@ static srv_request *request_new(srv_http *h, struct MHD_Connection *conn, const 
     req->start_ns = ut_now_ns();
     req->route_name = "other";
     snprintf(req->method, sizeof req->method, "%s", method);
+    snprintf(req->version, sizeof req->version, "%s", version ? version : "");
+    req->http10 = strcmp(req->version, MHD_HTTP_VERSION_1_0) == 0;
     /* An absolute-form target (RFC 9112 §3.2.2) names the path after the authority. */
     if (url && (strncmp(url, "http://", 7) == 0 || strncmp(url, "https://", 8) == 0)) {
         const char *slash = strchr(strstr(url, "://") + 3, '/');
@@ -440,7 +455,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
     srv_http *h = cls;
     srv_request *req = *con_cls;
     if (!req) {
-        req = request_new(h, conn, url, method);
+        req = request_new(h, conn, url, method, version);
         if (!req)
             return MHD_NO;
         *con_cls = req;
@@ -455,6 +470,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         req->in_headers = false;
         return r;
     }
+    if (*upload_data_size == 0 && req->conn_ctx) /* the whole request is in */
+        req->conn_ctx->reading = false;
     if (req->pending_stream)     /* resumed after srv_request_stream() */
         return srv__stream_queue(req);
     if (req->pending.status) {   /* resumed after srv_request_complete() */
@@ -487,9 +504,23 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
     h->inflight--;
     double secs = (double)(ut_now_ns() - req->start_ns) / 1e9;
-    /* A request that died before an answer is counted as 499 (client closed), the
-     * nginx convention, so dashboards see it. */
-    int status = req->status ? req->status : 499;
+    /* A request that died before its answer was out because the client left is
+     * counted as 499 (client closed), the nginx convention, so dashboards see it
+     * and 5xx alerts do not; one the deadline ended, as nginx's 408. */
+    struct conn *cc = req->conn_ctx;
+    bool left = (cc && cc->gone) ||
+                toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT ||
+                toe == MHD_REQUEST_TERMINATED_READ_ERROR;
+    int status = req->status;
+    if (cc && cc->timed_out)
+        status = 408;
+    else if (!status || (left && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK))
+        status = 499;
+    if (req->flushing) {
+        req->flushing = false;
+        h->flushing--;
+    }
+    srv__conn_idle(h, cc);
     srv_metrics_record(h->cfg.metrics, req->route_name, status, secs);
     /* Health probes are frequent and their 503 while loading is expected. */
     enum cfg_log_level lvl = (req->route && req->route->is_public) ? CFG_LOG_DEBUG
@@ -511,43 +542,6 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         MHD_destroy_response(mr);
     }
     request_unref(req);
-}
-
-static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
-                          enum MHD_ConnectionNotificationCode toe)
-{
-    srv_http *h = cls;
-    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
-        h->connections++;
-        const union MHD_ConnectionInfo *ci =
-            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        struct conn *c = ci ? calloc(1, sizeof *c) : NULL;
-        if (c) { /* without it the connection is only not watched */
-            c->fd = ci->connect_fd;
-            c->id = ++h->next_conn_id;
-            /* Keyed by id, not pointer: an event may name a connection that has
-             * closed since (its fd's entry leaves the set when MHD closes it). */
-            struct epoll_event ev = {.events = EPOLLRDHUP | EPOLLONESHOT, .data.u64 = c->id};
-            if (epoll_ctl(h->hup_fd, EPOLL_CTL_ADD, c->fd, &ev) != 0)
-                log_warn("connection not watched for hang-ups: epoll_ctl: %s", strerror(errno));
-            c->next = h->conns.next;
-            c->prev = &h->conns;
-            h->conns.next->prev = c;
-            h->conns.next = c;
-        }
-        *socket_context = c;
-        return;
-    }
-    if (h->connections)
-        h->connections--;
-    struct conn *c = *socket_context;
-    if (c) {
-        c->prev->next = c->next;
-        c->next->prev = c->prev;
-        free(c);
-        *socket_context = NULL;
-    }
-    h->conn_closed = true;
 }
 
 __attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const char *fmt,
@@ -591,86 +585,7 @@ static void run_mhd(srv_http *h)
 }
 
 static void on_timer(uv_timer_t *t) { run_mhd(t->data); }
-
-/* libmicrohttpd 0.9.75 misses a peer's FIN in several states: after a short read
- * (its edge-triggered epoll stops reading), while a connection is suspended, and
- * while it only writes (docs/openai-api.md §5.4, §5.8). Such a connection would
- * hold a slot and an in-flight request until --timeout. So every connection is
- * also in an epoll set of our own that waits for EPOLLRDHUP alone (never EPOLLIN,
- * which a pipelined request also raises). A peer that shut its side while a
- * request waits on the connection (a generation, a stream) has left: the socket
- * is shut down, which MHD does notice, and the work is cancelled at once. Any
- * other connection gets HUP_GRACE_MS first: a client may half-close right after
- * its request (HTTP allows it; curl --no-buffer, nc -N and raw-socket tests do)
- * and its answer, usually written in the same MHD run, must not be cut off; a
- * request that got suspended meanwhile is cancelled then. OpenAI clients never
- * half-close a connection they still want an answer on. */
-#define HUP_GRACE_MS 100
-
-static void hang_up(struct conn *c)
-{
-    shutdown(c->fd, SHUT_RDWR);
-    /* MHD cannot see it while the request is suspended: tell the work. */
-    if (c->deferred)
-        cancel(c->deferred);
-}
-
-static void on_reap(uv_timer_t *t)
-{
-    srv_http *h = t->data;
-    uint64_t now = uv_now(t->loop), next = 0;
-    bool any = false;
-    for (struct conn *c = h->conns.next; c != &h->conns; c = c->next) {
-        if (!c->hup)
-            continue;
-        if (now - c->hup_at >= HUP_GRACE_MS) {
-            c->hup = false;
-            hang_up(c);
-            any = true;
-        } else if (!next || c->hup_at + HUP_GRACE_MS - now < next) {
-            next = c->hup_at + HUP_GRACE_MS - now;
-        }
-    }
-    if (next)
-        uv_timer_start(&h->reap, on_reap, next, 0);
-    if (any)
-        run_mhd(h);
-}
-
-static void on_hup(uv_poll_t *p, int status, int events)
-{
-    (void)events;
-    srv_http *h = p->data;
-    struct epoll_event ev[64];
-    bool hung_up = false, wait = false;
-    int n;
-    if (status < 0) {
-        log_warn("poll on the hang-up epoll fd failed: %s", uv_strerror(status));
-        return;
-    }
-    do {
-        n = epoll_wait(h->hup_fd, ev, 64, 0);
-        for (int i = 0; i < n; i++) {
-            struct conn *c = h->conns.next;
-            while (c != &h->conns && c->id != ev[i].data.u64)
-                c = c->next;
-            if (c == &h->conns)
-                continue; /* closed since */
-            if (c->deferred) {
-                hang_up(c);
-                hung_up = true;
-            } else {
-                c->hup = true;
-                c->hup_at = uv_now(p->loop);
-                wait = true;
-            }
-        }
-    } while (n == 64);
-    if (wait && !uv_is_active((uv_handle_t *)&h->reap))
-        uv_timer_start(&h->reap, on_reap, HUP_GRACE_MS, 0);
-    if (hung_up)
-        run_mhd(h);
-}
+void srv__http_run(srv_http *h) { run_mhd(h); }
 
 static void on_poll(uv_poll_t *p, int status, int events)
 {
@@ -678,6 +593,20 @@ static void on_poll(uv_poll_t *p, int status, int events)
     if (status < 0)
         log_warn("poll on the HTTP event fd failed: %s", uv_strerror(status));
     run_mhd(h);
+}
+
+static bool listens_on_loopback(int fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    char addr[INET6_ADDRSTRLEN];
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+        return false;
+    const void *a = ss.ss_family == AF_INET ? (const void *)&((struct sockaddr_in *)&ss)->sin_addr
+                    : ss.ss_family == AF_INET6
+                        ? (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
+                        : NULL;
+    return a && inet_ntop(ss.ss_family, a, addr, sizeof addr) && srv_addr_is_loopback(addr);
 }
 
 int srv_http_start(uv_loop_t *loop, const struct srv_http_config *cfg, srv_http **out, char *err,
@@ -692,13 +621,16 @@ int srv_http_start(uv_loop_t *loop, const struct srv_http_config *cfg, srv_http 
     /* SIGPIPE is ignored process-wide by main(); tell MHD so it need not. */
     h->conns.next = h->conns.prev = &h->conns;
     /* The logger goes first so that MHD's own option warnings reach our log. */
+    h->loopback = listens_on_loopback(cfg->listen_fd);
+    /* MHD's own cap one over ours, so that it keeps accepting and the accept
+     * policy (srv__conn_accept) can close the connection over the cap at once. */
     h->mhd = MHD_start_daemon(
-        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_access,
-        h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_LISTEN_SOCKET,
-        (MHD_socket)cfg->listen_fd, MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections,
+        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, srv__conn_accept, h,
+        on_access, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_LISTEN_SOCKET,
+        (MHD_socket)cfg->listen_fd, MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections + 1,
         MHD_OPTION_CONNECTION_TIMEOUT, cfg->timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
-        h, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_SIGPIPE_HANDLED_BY_APP, 1,
-        MHD_OPTION_END);
+        h, MHD_OPTION_NOTIFY_CONNECTION, srv__conn_notify, h,
+        MHD_OPTION_SIGPIPE_HANDLED_BY_APP, 1, MHD_OPTION_END);
     if (!h->mhd) {
         snprintf(err, errlen, "libmicrohttpd failed to start on the listening socket");
         free(h);
@@ -720,14 +652,10 @@ int srv_http_start(uv_loop_t *loop, const struct srv_http_config *cfg, srv_http 
     }
     uv_poll_init(loop, &h->poll, info->epoll_fd);
     uv_timer_init(loop, &h->timer);
-    uv_poll_init(loop, &h->hup, h->hup_fd);
-    uv_timer_init(loop, &h->reap);
     h->poll.data = h;
     h->timer.data = h;
-    h->hup.data = h;
-    h->reap.data = h;
-    h->open_handles = 4;
-    uv_poll_start(&h->hup, UV_READABLE, on_hup);
+    h->open_handles = 5;
+    srv__conn_start(h, loop);
     uv_poll_start(&h->poll, UV_READABLE, on_poll);
     arm_timer(h);
     *out = h;
@@ -777,12 +705,22 @@ void srv_http_stop(srv_http *h)
             srv_response_error(&req->pending, API_ERR_SHUTTING_DOWN, NULL,
                                "the server is shutting down");
         MHD_resume_connection(req->conn);
+        req->flushing = true;
+        h->flushing++;
     }
+    /* Let those answers (a stream's error event and [DONE]) go out whole before
+     * the connections close, for a bounded time. */
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+    uint64_t until = uv_hrtime() + (uint64_t)STOP_FLUSH_MS * 1000000;
     MHD_run(h->mhd);
+    while (h->flushing && info && uv_hrtime() < until) {
+        struct pollfd pfd = {.fd = info->epoll_fd, .events = POLLIN};
+        poll(&pfd, 1, 20);
+        MHD_run(h->mhd);
+    }
     uv_poll_stop(&h->poll);
     uv_timer_stop(&h->timer);
-    uv_poll_stop(&h->hup);
-    uv_timer_stop(&h->reap);
+    srv__conn_stop(h);
     /* Runs on_completed for what is still open; it needs h and the metrics. */
     MHD_stop_daemon(h->mhd);
     h->mhd = NULL;
@@ -791,4 +729,5 @@ void srv_http_stop(srv_http *h)
     uv_close((uv_handle_t *)&h->timer, on_handle_closed);
     uv_close((uv_handle_t *)&h->hup, on_handle_closed);
     uv_close((uv_handle_t *)&h->reap, on_handle_closed);
+    uv_close((uv_handle_t *)&h->deadline, on_handle_closed);
 }

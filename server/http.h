@@ -20,8 +20,13 @@ struct srv_metrics;
 
 struct srv_http_config {
     int listen_fd;                  /* bound and listening; MHD takes ownership */
-    unsigned max_connections;
+    unsigned max_connections;       /* more are closed at once */
+    unsigned max_connections_per_ip;/* 0 = no limit of its own */
     unsigned timeout_s;             /* idle timeout per connection, 0 = none */
+    unsigned request_timeout_s;     /* a request must be in this long after it began; 0 = none */
+    const char *listen_host;        /* --host: a Host value a loopback listener accepts */
+    char *const *allowed_hosts;     /* --allowed-host */
+    size_t n_allowed_hosts;
     size_t max_body_bytes;
     const char *api_key;            /* NULL = no auth */
     char *const *cors_origins;

@@ -1,5 +1,7 @@
 #include "server/security.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdint.h>
 #include <string.h>
 #include <strings.h>
@@ -51,4 +53,99 @@ bool srv_cors_origin_allowed(char *const *origins, size_t n, const char *origin)
             return true;
     }
     return false;
+}
+
+/* ---- Host, Content-Type, Origin ------------------------------------------------- */
+
+bool srv_addr_is_loopback(const char *addr)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (!addr)
+        return false;
+    if (strcasecmp(addr, "localhost") == 0)
+        return true;
+    if (inet_pton(AF_INET, addr, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, addr, &a6) == 1) {
+        if (IN6_IS_ADDR_LOOPBACK(&a6))
+            return true;
+        return IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127;
+    }
+    return false;
+}
+
+/* The host part of a Host header value into `out` (brackets of an IPv6 literal
+ * removed, the port checked and dropped). -1 if malformed. */
+static int host_name(const char *host, char *out, size_t outlen)
+{
+    const char *end;
+    const char *p = host;
+    if (*p == '[') {
+        end = strchr(p, ']');
+        if (!end)
+            return -1;
+        p++;
+    } else {
+        end = strchr(p, ':');
+        if (!end)
+            end = p + strlen(p);
+    }
+    size_t n = (size_t)(end - p);
+    if (n == 0 || n >= outlen)
+        return -1;
+    memcpy(out, p, n);
+    out[n] = '\0';
+    if (*end == ']')
+        end++;
+    if (*end == ':') {          /* a port: digits only, possibly empty (RFC 3986) */
+        end++;
+        if (strspn(end, "0123456789") != strlen(end) || strlen(end) > 5)
+            return -1;
+    } else if (*end) {
+        return -1;
+    }
+    return 0;
+}
+
+bool srv_host_allowed(const char *host, const char *listen_host, char *const *allowed,
+                      size_t n_allowed)
+{
+    char name[256];
+    if (!host || host_name(host, name, sizeof name) != 0)
+        return false;
+    if (srv_addr_is_loopback(name))
+        return true;
+    if (listen_host && strcasecmp(name, listen_host) == 0)
+        return true;
+    for (size_t i = 0; i < n_allowed; i++)
+        if (strcasecmp(name, allowed[i]) == 0)
+            return true;
+    return false;
+}
+
+bool srv_content_type_is_json(const char *ct)
+{
+    static const char json[] = "application/json";
+    if (!ct)
+        return true;
+    while (*ct == ' ' || *ct == '\t')
+        ct++;
+    if (strncasecmp(ct, json, sizeof json - 1) != 0)
+        return false;
+    ct += sizeof json - 1;
+    while (*ct == ' ' || *ct == '\t')
+        ct++;
+    return *ct == '\0' || *ct == ';';
+}
+
+bool srv_origin_is_host(const char *origin, const char *host)
+{
+    if (!origin || !host || !*host)
+        return false;
+    const char *p = strstr(origin, "://");
+    if (!p)
+        return false;
+    p += 3;
+    return strcasecmp(p, host) == 0;
 }

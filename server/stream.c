@@ -9,6 +9,7 @@
  * Ownership: the stream has two owners, the producer (until srv_stream_end) and
  * MHD's response (until its free callback); the last one frees it. The stream
  * holds a reference to its request, which outlives MHD's own. */
+#include "api/chat-resp.h"
 #include "server/http-impl.h"
 #include "util/buf.h"
 
@@ -122,21 +123,9 @@ enum MHD_Result srv__stream_queue(srv_request *req)
     return ret;
 }
 
-void srv__stream_abort(srv_request *req)
+/* Append past the limit: the last words of a stream are never refused. */
+static int append(srv_stream *s, const char *data, size_t len)
 {
-    srv_stream *s = req->stream;
-    s->ended = true;
-    s->suspended = false; /* the caller resumes the connection */
-}
-
-int srv_stream_write(srv_stream *s, const char *data, size_t len)
-{
-    if (s->ended)
-        return s->closed ? -EINVAL : -EPIPE;
-    if (s->gone || s->req->finished)
-        return -EPIPE;
-    if (s->len - s->off + len > s->limit)
-        return -ENOBUFS;
     if (s->len + len > s->cap) {
         if (s->off) { /* reuse the read part first */
             memmove(s->buf, s->buf + s->off, s->len - s->off);
@@ -148,6 +137,44 @@ int srv_stream_write(srv_stream *s, const char *data, size_t len)
     }
     memcpy(s->buf + s->len, data, len);
     s->len += len;
+    return 0;
+}
+
+void srv__stream_abort(srv_request *req)
+{
+    srv_stream *s = req->stream;
+    if (!s->ended) {
+        /* An error event like every other (api_sse_frame of an error object),
+         * then [DONE]: the client sees why the answer stops, never a cut chunk. */
+        char *body = api_error_body(API_ERR_SHUTTING_DOWN,
+                                    "the server is shutting down: the answer ends here", NULL);
+        char *frame = body ? api_sse_frame(body) : NULL;
+        if (frame)
+            append(s, frame, strlen(frame));
+        append(s, API_SSE_DONE, strlen(API_SSE_DONE));
+        free(frame);
+        free(body);
+    }
+    s->ended = true;
+    s->suspended = false; /* the caller resumes the connection */
+}
+
+int srv__stream_probe(srv_request *req)
+{
+    static const char comment[] = ":\n\n";
+    return srv_stream_write(req->stream, comment, sizeof comment - 1);
+}
+
+int srv_stream_write(srv_stream *s, const char *data, size_t len)
+{
+    if (s->ended)
+        return s->closed ? -EINVAL : -EPIPE;
+    if (s->gone || s->req->finished)
+        return -EPIPE;
+    if (s->len - s->off + len > s->limit)
+        return -ENOBUFS;
+    if (append(s, data, len) != 0)
+        return -ENOMEM;
     resume(s);
     return 0;
 }

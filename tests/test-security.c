@@ -88,3 +88,61 @@ MCD_TEST(cors, origins)
     char *any[] = {"*"};
     cr_assert(srv_cors_origin_allowed(any, 1, "http://whatever:1"));
 }
+
+MCD_TEST(host, loopback_names)
+{
+    char *extra[] = {"my.box"};
+    const char *ok[] = {"localhost", "localhost:8001", "LOCALHOST:1", "127.0.0.1",
+                        "127.0.0.1:8001", "127.1.2.3", "[::1]", "[::1]:8001", "my.box",
+                        "My.Box:80", "10.0.0.5", "10.0.0.5:8001", "localhost:"};
+    const char *bad[] = {"attacker.example", "attacker.example:8001", "", ":8001",
+                         "localhost.attacker.example", "[::1", "::1", "[::2]:1",
+                         "localhost:80x", "localhost:123456", "127.0.0.1 x", "[]",
+                         "my.box.evil", "10.0.0.50"};
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
+        cr_assert(srv_host_allowed(ok[i], "10.0.0.5", extra, 1), "%s", ok[i]);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        cr_assert_not(srv_host_allowed(bad[i], "10.0.0.5", extra, 1), "%s", bad[i]);
+    cr_assert_not(srv_host_allowed(NULL, "10.0.0.5", extra, 1));
+    cr_assert(srv_host_allowed("[::1]", NULL, NULL, 0));
+    cr_assert(srv_host_allowed("[fe80::1]:9", "fe80::1", NULL, 0), "an IPv6 --host");
+}
+
+MCD_TEST(host, loopback_addresses)
+{
+    cr_assert(srv_addr_is_loopback("127.0.0.1"));
+    cr_assert(srv_addr_is_loopback("127.255.0.9"));
+    cr_assert(srv_addr_is_loopback("::1"));
+    cr_assert(srv_addr_is_loopback("::ffff:127.0.0.1"));
+    cr_assert(srv_addr_is_loopback("localhost"));
+    cr_assert_not(srv_addr_is_loopback("0.0.0.0"));
+    cr_assert_not(srv_addr_is_loopback("::"));
+    cr_assert_not(srv_addr_is_loopback("128.0.0.1"));
+    cr_assert_not(srv_addr_is_loopback("::ffff:10.0.0.1"));
+    cr_assert_not(srv_addr_is_loopback(NULL));
+}
+
+MCD_TEST(content_type, json)
+{
+    cr_assert(srv_content_type_is_json(NULL), "no header: accepted");
+    cr_assert(srv_content_type_is_json("application/json"));
+    cr_assert(srv_content_type_is_json("Application/JSON"));
+    cr_assert(srv_content_type_is_json("application/json; charset=utf-8"));
+    cr_assert(srv_content_type_is_json(" application/json ;charset=utf-8"));
+    cr_assert_not(srv_content_type_is_json("application/jsonx"));
+    cr_assert_not(srv_content_type_is_json("text/plain"));
+    cr_assert_not(srv_content_type_is_json("application/x-www-form-urlencoded"));
+    cr_assert_not(srv_content_type_is_json("multipart/form-data; boundary=x"));
+    cr_assert_not(srv_content_type_is_json(""));
+}
+
+MCD_TEST(origin, same_host)
+{
+    cr_assert(srv_origin_is_host("http://127.0.0.1:8001", "127.0.0.1:8001"));
+    cr_assert(srv_origin_is_host("http://LocalHost:8001", "localhost:8001"));
+    cr_assert_not(srv_origin_is_host("http://127.0.0.1:8002", "127.0.0.1:8001"));
+    cr_assert_not(srv_origin_is_host("http://evil.example", "127.0.0.1:8001"));
+    cr_assert_not(srv_origin_is_host("null", "127.0.0.1:8001"));
+    cr_assert_not(srv_origin_is_host("http://x", NULL));
+    cr_assert_not(srv_origin_is_host("http://x", ""));
+}

@@ -13,6 +13,15 @@
  * (--runlist-retries). */
 #define UT_RUNLIST_RETRIES_DEFAULT 4
 
+/* --request-timeout: seconds a client has to send a whole request, headers and
+ * body (nginx's client_header_timeout + client_body_timeout, 60 s each, as one
+ * total; a trickle of one byte at a time cannot reset it). */
+#define UT_REQUEST_TIMEOUT_DEFAULT 30
+
+/* --max-connections-per-ip: a quarter of the default --max-connections, so one
+ * remote client cannot take every slot. */
+#define UT_MAX_CONNECTIONS_PER_IP_DEFAULT 64
+
 /* Stop strings per request: OpenAI's limit. */
 #define UT_MAX_STOP 4
 

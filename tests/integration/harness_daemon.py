@@ -246,7 +246,12 @@ class Daemon:
         return curl(self.url(path), "HEAD", workdir=self.tmp, **kw)
 
     def post(self, path, data=b"", **kw):
-        return curl(self.url(path), "POST", data=data, workdir=self.tmp, **kw)
+        """POST as the SDKs do, with Content-Type: application/json unless the
+        caller names one (curl's own default is a form type, answered 415)."""
+        headers = dict(kw.pop("headers", None) or {})
+        if not any(k.lower() == "content-type" for k in headers):
+            headers["Content-Type"] = "application/json"
+        return curl(self.url(path), "POST", data=data, headers=headers, workdir=self.tmp, **kw)
 
     def request(self, method, path, **kw):
         return curl(self.url(path), method, workdir=self.tmp, **kw)

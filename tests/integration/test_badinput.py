@@ -229,7 +229,7 @@ def garbage_no_http_version():
 @test
 def garbage_bad_http_version():
     d = Daemon().start()
-    st, raw = survives(d, b"GET /health HTTP/9.9\r\nHost: x\r\n\r\n")
+    st, raw = survives(d, b"GET /health HTTP/9.9\r\nHost: localhost\r\n\r\n")
     check(raw, "HTTP/9.9 got no answer (505 is expected)")
     stop_ok(d)
 
@@ -237,7 +237,7 @@ def garbage_bad_http_version():
 @test
 def garbage_huge_url():
     d = Daemon().start()
-    st, raw = survives(d, b"GET /" + b"a" * 100_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    st, raw = survives(d, b"GET /" + b"a" * 100_000 + b" HTTP/1.1\r\nHost: localhost\r\n\r\n")
     check(raw, "a 100 KB URL got no answer (414 is expected)")
     stop_ok(d)
 
@@ -245,7 +245,7 @@ def garbage_huge_url():
 @test
 def garbage_header_without_colon():
     d = Daemon().start()
-    survives(d, b"GET /health HTTP/1.1\r\nHost: x\r\nthis header has no colon\r\n\r\n")
+    survives(d, b"GET /health HTTP/1.1\r\nHost: localhost\r\nthis header has no colon\r\n\r\n")
     stop_ok(d)
 
 
@@ -254,12 +254,12 @@ def garbage_many_headers():
     d = Daemon().start()
     # 200 small headers: a legal request; it gets an ordinary answer.
     hdrs = b"".join(b"X-H%d: v%d\r\n" % (i, i) for i in range(200))
-    st, raw = survives(d, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + hdrs
+    st, raw = survives(d, b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n" + hdrs
                        + b"\r\n", want_error=False)
     check(st in (503, 431), "200 small headers: %r", raw[:200])
     # 200 big headers (200 KB): over the per-connection memory, 431 (or a close).
     big = b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 1000) for i in range(200))
-    survives(d, b"GET /health HTTP/1.1\r\nHost: x\r\n" + big + b"\r\n")
+    survives(d, b"GET /health HTTP/1.1\r\nHost: localhost\r\n" + big + b"\r\n")
     stop_ok(d)
 
 
@@ -267,7 +267,7 @@ def garbage_many_headers():
 def garbage_bad_content_length():
     d = Daemon().start()
     for cl in (b"-1", b"abc", b"99999999999999999999999", b"1, 2"):
-        survives(d, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + cl
+        survives(d, b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: " + cl
                  + b"\r\n\r\n{}")
     stop_ok(d)
 
@@ -275,7 +275,7 @@ def garbage_bad_content_length():
 @test
 def garbage_bad_chunked_body():
     d = Daemon().start()
-    survives(d, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked"
+    survives(d, b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked"
              b"\r\n\r\nzz\r\nnot hex\r\n0\r\n\r\n")
     stop_ok(d)
 
@@ -286,9 +286,9 @@ def garbage_pipelined_requests():
     d = pack_daemon()
     s = d.connect()
     try:
-        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
-                  b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"
-                  b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"
+                  b"GET /nope HTTP/1.1\r\nHost: localhost\r\n\r\n"
+                  b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         got = [read_http_response(s, 3)[0] for _ in range(3)]
         eq(got, [200, 404, 200], "pipelined statuses")
     finally:
@@ -309,7 +309,7 @@ def client_disconnects_mid_body():
     d = Daemon().start()
     for _ in range(5):
         s = d.connect()
-        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000"
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000"
                   b"\r\n\r\n{\"model\":")
         s.close()
     eq(d.get("/health").status, 503, "/health after aborted uploads")
@@ -327,8 +327,8 @@ def client_half_close_is_noticed():
     """A partial request followed at once by the client's FIN (one TCP burst)
     must be noticed as a close, not kept until --timeout."""
     d = Daemon(["--timeout", "30"]).start()
-    for payload in (b"GET /hea", b"GET /health HTTP/1.1\r\nHost: x\r\n",
-                    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n{"):
+    for payload in (b"GET /hea", b"GET /health HTTP/1.1\r\nHost: localhost\r\n",
+                    b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 10\r\n\r\n{"):
         s = d.connect()
         try:
             s.sendall(payload)
@@ -377,9 +377,9 @@ def slowloris_idle_timeout():
 
 @test
 def max_connections_limit():
-    """At --max-connections the daemon stops accepting; as soon as one client
-    leaves it must accept again. Four kept-alive connections fill the limit of 4,
-    a fifth waits in the backlog; closing one of the four must let /health in."""
+    """At --max-connections the daemon closes new connections at once; as soon as
+    one client leaves it must accept again. Four kept-alive connections fill the
+    limit of 4, a fifth is closed; closing one of the four must let /health in."""
     d = Daemon(["--max-connections", "4", "--timeout", "30"]).start()
     for rnd in range(2):
         held = []
@@ -387,9 +387,9 @@ def max_connections_limit():
             for _ in range(4):
                 c = d.connect()
                 held.append(c)
-                c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                c.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
                 eq(read_http_response(c, 3)[0], 503, "/health on a kept-alive connection")
-            extra = d.connect()         # accepted by the kernel, not by the daemon
+            extra = d.connect()         # closed by the daemon at once
             extra.close()
             check(d.alive(), "daemon died at the connection limit")
             held.pop().close()          # one slot frees up

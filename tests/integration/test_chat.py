@@ -242,7 +242,7 @@ def raw_stream(d, payload):
     response headers are in."""
     s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
     data = json.dumps(payload).encode()
-    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: "
               b"application/json\r\nContent-Length: %d\r\n\r\n" % len(data) + data)
     buf = b""
     while b"\r\n\r\n" not in buf:

@@ -112,12 +112,12 @@ def sigterm_new_request_on_open_connection_503():
     busy = start_half_request(d)
     idle = d.connect()
     try:
-        idle.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        idle.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
         st, _, _ = read_http_response(idle, 3)
         eq(st, 200, "/health before SIGTERM")
         d.send_signal(signal.SIGTERM)
         d.wait_log(r"SIGTERM: no longer accepting", 3)
-        idle.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+        idle.sendall(b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n")
         st, hdrs, body = read_http_response(idle, 3)
         eq(st, 503, "request on a kept-alive connection while draining")
         eq(json.loads(body)["error"]["code"], "shutting_down", "error code")
@@ -296,7 +296,7 @@ def log_json_escapes_client_bytes():
     """A request path with quotes, backslashes and invalid UTF-8 still yields
     one valid JSON line."""
     d = Daemon(["--log-format", "json"]).start()
-    raw = d.raw(b'GET /x"y\\z\xff\xfe HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')
+    raw = d.raw(b'GET /x"y\\z\xff\xfe HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n')
     check(raw.startswith(b"HTTP/1.1 "), "response: %r", raw)
     log = stop_ok(d)
     for line in log.splitlines():
@@ -312,7 +312,7 @@ def log_json_long_escaped_line_is_valid():
     bytes in the path become 9000 bytes of \\u0001) must still be one valid JSON
     line, truncated inside the message if need be."""
     d = Daemon(["--log-format", "json"]).start()
-    raw = d.raw(b"GET /" + b"%01" * 1500 + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    raw = d.raw(b"GET /" + b"%01" * 1500 + b" HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
     check(raw.startswith(b"HTTP/1.1 404"), "response: %r", raw[:100])
     log = stop_ok(d)
     for line in log.splitlines():
@@ -328,9 +328,9 @@ def log_text_no_line_injection():
     """Client bytes (a %0A in the path, an ESC in the method) must not start a
     new log line or reach the terminal raw."""
     d = Daemon().start()
-    d.raw(b"GET /x%0AFORGED-LINE%0D%0Aerror%20fake HTTP/1.1\r\nHost: x\r\n"
+    d.raw(b"GET /x%0AFORGED-LINE%0D%0Aerror%20fake HTTP/1.1\r\nHost: localhost\r\n"
           b"Connection: close\r\n\r\n")
-    d.raw(b"GE\x1b[31mT /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    d.raw(b"GE\x1b[31mT /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
     eq(d.get("/v1/models").status, 200, "/v1/models")
     log = stop_ok(d)
     stamp = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (error|warn |info |debug) ")
