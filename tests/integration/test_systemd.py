@@ -321,8 +321,9 @@ def socket_activation_fd_not_listening_exits_1():
 # ---- unit files ----------------------------------------------------------------------
 
 
-@test
-def units_verify():
+def built_units():
+    """systemd-analyze and a directory with the built service (ExecStart pointing
+    at the binary under test) and the socket unit."""
     sa = shutil.which("systemd-analyze")
     if not sa:
         raise Skip("systemd-analyze is not installed")
@@ -342,6 +343,12 @@ def units_verify():
         f.write(text)
     shutil.copy(socket_unit, os.path.join(units, "minicpmd.socket"))
     env = dict(d.env, SYSTEMD_LOG_COLOR="0", SYSTEMD_PAGER="")
+    return sa, units, text, env
+
+
+@test
+def units_verify():
+    sa, units, text, env = built_units()
     p = subprocess.run([sa, "verify", "--man=no", os.path.join(units, "minicpmd.service"),
                         os.path.join(units, "minicpmd.socket")],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, timeout=30)
@@ -349,6 +356,27 @@ def units_verify():
     eq(p.returncode, 0, "systemd-analyze verify exit code; output:\n%s" % out)
     bad = [l for l in out.splitlines() if "minicpmd" in l]
     check(not bad, "systemd-analyze verify complains:\n%s", "\n".join(bad))
+
+
+@test
+def units_security_exposure():
+    """The unit keeps `systemd-analyze security` at or below 1.7 and, by default,
+    talks IP only with localhost (IPAddressDeny=any + IPAddressAllow=localhost)."""
+    sa, units, text, env = built_units()
+    check(re.search(r"^IPAddressDeny=any$", text, re.M), "unit lacks IPAddressDeny=any")
+    check(re.search(r"^IPAddressAllow=localhost$", text, re.M),
+          "unit lacks IPAddressAllow=localhost")
+    p = subprocess.run([sa, "security", "--offline=yes", "--no-pager",
+                        os.path.join(units, "minicpmd.service")],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, timeout=60)
+    out = p.stdout.decode(errors="replace")
+    m = re.search(r"Overall exposure level for minicpmd.service: ([0-9.]+)", out)
+    check(m, "no overall exposure level in:\n%s", out[-2000:])
+    level = float(m.group(1))
+    print("systemd-analyze security: %.1f" % level)
+    check(level <= 1.7, "exposure level %.1f is over 1.7", level)
+    check(not re.search(r"^\S*\s*IPAddressDeny=.*no IP address allow list", out, re.M),
+          "systemd-analyze sees no IP address filter")
 
 
 if __name__ == "__main__":
