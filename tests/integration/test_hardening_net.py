@@ -528,33 +528,30 @@ def check_error_then_done(ev):
     eq(sorted(err["error"]), ["code", "message", "param", "type"], "error keys")
 
 
-@test
-def stream_ends_with_error_and_done_at_grace_end():
-    d = hung_daemon(["--shutdown-timeout", "1"])
+def stop_during_stream(grace, second_signal):
+    """A stream hung in the worker while the daemon stops: it must end with the
+    shutting_down event and [DONE], whole, and the daemon exit 0."""
+    d = hung_daemon(["--shutdown-timeout", str(grace)])
     s, buf = open_hung_stream(d)
     try:
         d.send_signal(signal.SIGTERM)
-        ev = read_stream_to_end(s, buf)
-        check_error_then_done(ev)
+        if second_signal:
+            d.wait_log("no longer accepting connections", 10)
+            d.send_signal(signal.SIGTERM)
+        check_error_then_done(read_stream_to_end(s, buf))
     finally:
         s.close()
-    rc, log = d.stop(signal.SIGTERM, 20)
-    eq(rc, 0, "exit code")
+    eq(d.wait(20), 0, "exit code")
+
+
+@test
+def stream_ends_with_error_and_done_at_grace_end():
+    stop_during_stream(1, second_signal=False)
 
 
 @test
 def stream_ends_with_error_and_done_on_second_sigterm():
-    d = hung_daemon(["--shutdown-timeout", "600"])
-    s, buf = open_hung_stream(d)
-    try:
-        d.send_signal(signal.SIGTERM)
-        d.wait_log("no longer accepting connections", 10)
-        d.send_signal(signal.SIGTERM)
-        ev = read_stream_to_end(s, buf)
-        check_error_then_done(ev)
-    finally:
-        s.close()
-    eq(d.wait(20), 0, "exit code")
+    stop_during_stream(600, second_signal=True)
 
 
 if __name__ == "__main__":
