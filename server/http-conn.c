@@ -33,6 +33,7 @@
 #include "server/http-impl.h"
 
 #include "server/log.h"
+#include "server/metrics.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -182,6 +183,7 @@ static void on_deadline(uv_timer_t *t)
             continue;
         log_info("closing a connection: its request did not arrive within %u s "
                  "(--request-timeout)", h->cfg.request_timeout_s);
+        srv_metrics_conn_closed(h->cfg.metrics, SRV_CLOSE_REQUEST_TIMEOUT);
         c->timed_out = true;
         c->reading = false;
         hang_up(c);
@@ -224,6 +226,7 @@ enum MHD_Result srv__conn_accept(void *cls, const struct sockaddr *addr, socklen
     if (h->connections >= h->cfg.max_connections) {
         log_debug("refusing a connection: --max-connections %u reached",
                   h->cfg.max_connections);
+        srv_metrics_conn_closed(h->cfg.metrics, SRV_CLOSE_MAX_CONNECTIONS);
         return MHD_NO;
     }
     unsigned char key[17];
@@ -233,6 +236,7 @@ enum MHD_Result srv__conn_accept(void *cls, const struct sockaddr *addr, socklen
     for (struct conn *c = h->conns.next; c != &h->conns; c = c->next)
         if (c->has_peer && memcmp(c->peer, key, sizeof key) == 0 && ++n >= limit) {
             log_debug("refusing a connection: --max-connections-per-ip %u reached", limit);
+            srv_metrics_conn_closed(h->cfg.metrics, SRV_CLOSE_PER_IP);
             return MHD_NO;
         }
     return MHD_YES;

@@ -34,7 +34,14 @@ struct srv_metrics {
     struct route_hist *hist;
     size_t n_hist, cap_hist;
     time_t start;
+    uint64_t closed[SRV_CLOSE__COUNT];
 };
+
+void srv_metrics_conn_closed(srv_metrics *m, enum srv_conn_close why)
+{
+    if (m && (int)why >= 0 && why < SRV_CLOSE__COUNT)
+        m->closed[why]++;
+}
 
 srv_metrics *srv_metrics_new(void)
 {
@@ -226,6 +233,14 @@ char *srv_metrics_render(const srv_metrics *m, const struct srv_metrics_gauges *
                 "# TYPE minicpmd_queue_depth gauge\n"
                 "minicpmd_queue_depth %zu\n",
             g->in_flight, g->connections, g->queue_depth);
+    static const char *const close_names[SRV_CLOSE__COUNT] = {
+        "max_connections", "max_connections_per_ip", "request_timeout"};
+    ut_buf_printf(&b, "# HELP minicpmd_http_connections_closed_total Connections the server "
+                      "closed on its own, by reason.\n"
+                      "# TYPE minicpmd_http_connections_closed_total counter\n");
+    for (int i = 0; i < SRV_CLOSE__COUNT; i++)
+        ut_buf_printf(&b, "minicpmd_http_connections_closed_total{reason=\"%s\"} %llu\n",
+                      close_names[i], (unsigned long long)m->closed[i]);
     if (g->worker)
         render_worker(&b, g->worker);
     if (b.oom) {

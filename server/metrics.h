@@ -28,6 +28,15 @@ void srv_metrics_free(srv_metrics *m);
 /* Count one answered request. `route` must outlive `m` (a route table string). */
 void srv_metrics_record(srv_metrics *m, const char *route, int status, double seconds);
 
+/* Connections the server closed on its own, by reason. */
+enum srv_conn_close {
+    SRV_CLOSE_MAX_CONNECTIONS,   /* over --max-connections, at accept */
+    SRV_CLOSE_PER_IP,            /* over --max-connections-per-ip, at accept */
+    SRV_CLOSE_REQUEST_TIMEOUT,   /* its request did not arrive in --request-timeout */
+    SRV_CLOSE__COUNT
+};
+void srv_metrics_conn_closed(srv_metrics *m, enum srv_conn_close why);
+
 /* Prometheus text exposition format 0.0.4. Returns a malloc'd string or NULL. */
 char *srv_metrics_render(const srv_metrics *m, const struct srv_metrics_gauges *g);
 

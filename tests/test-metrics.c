@@ -40,6 +40,28 @@ MCD_TEST(metrics, counts_by_route_and_status)
     srv_metrics_free(m);
 }
 
+MCD_TEST(metrics, connections_closed_by_reason)
+{
+    srv_metrics *m = srv_metrics_new();
+    cr_assert_not_null(m);
+    srv_metrics_conn_closed(m, SRV_CLOSE_MAX_CONNECTIONS);
+    srv_metrics_conn_closed(m, SRV_CLOSE_REQUEST_TIMEOUT);
+    srv_metrics_conn_closed(m, SRV_CLOSE_REQUEST_TIMEOUT);
+    srv_metrics_conn_closed(m, SRV_CLOSE__COUNT);   /* ignored */
+    srv_metrics_conn_closed(NULL, SRV_CLOSE_PER_IP); /* ignored */
+    char *s = srv_metrics_render(m, &gauges);
+    cr_assert_not_null(s);
+    cr_assert_not_null(strstr(s, "# TYPE minicpmd_http_connections_closed_total counter\n"));
+    cr_assert_not_null(strstr(
+        s, "minicpmd_http_connections_closed_total{reason=\"max_connections\"} 1\n"));
+    cr_assert_not_null(strstr(
+        s, "minicpmd_http_connections_closed_total{reason=\"max_connections_per_ip\"} 0\n"));
+    cr_assert_not_null(strstr(
+        s, "minicpmd_http_connections_closed_total{reason=\"request_timeout\"} 2\n"));
+    free(s);
+    srv_metrics_free(m);
+}
+
 /* Every sample line is `name{labels} value` or `name value`, every family has
  * HELP and TYPE first: the exposition format's grammar, checked line by line. */
 MCD_TEST(metrics, exposition_format)

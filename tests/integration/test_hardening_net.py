@@ -63,6 +63,12 @@ def requests_total(d, route, status):
     return int(m.group(1)) if m else 0
 
 
+def closed_total(d, reason):
+    m = re.search(r'^minicpmd_http_connections_closed_total\{reason="%s"\} (\d+)$' % reason,
+                  d.metrics(), re.M)
+    return int(m.group(1)) if m else None
+
+
 def statuses(d, route):
     return {int(s): int(n) for s, n in
             re.findall(r'^minicpmd_http_requests_total\{route="%s",status="(\d+)"\} (\d+)$'
@@ -151,6 +157,8 @@ def slowloris_request_deadline_frees_every_slot():
     trickler is closed. --timeout (idle) is far away: the trickle resets it."""
     d = Daemon(["--max-connections", "64", "--request-timeout", "10",
                 "--timeout", "600"]).start()
+    wait_for(lambda: "minicpmd_http_connections 1\n" in d.metrics(), 10,
+             "only /metrics' own connection to be open")
     tr = Tricklers(d, 64)
     try:
         # The tricklers are ahead of /health in the kernel's accept queue.
@@ -177,6 +185,13 @@ def slowloris_request_deadline_frees_every_slot():
         late = max(tr.closed_at) - tr.t0
         print("last trickler closed %.2f s after the start" % late)
         contains(d.log(), "(--request-timeout)", "log of the closed tricklers")
+        # The last /metrics connection may still count when the tricklers come: the
+        # one trickler it displaces is refused at once (and the rest keep the cap full).
+        early = sum(1 for c in tr.closed_at if c - tr.t0 < 5)
+        check(early <= 1, "%d tricklers closed before the deadline" % early)
+        eq(closed_total(d, "request_timeout"), 64 - early, "connections closed by the deadline")
+        check(closed_total(d, "max_connections") >= refused,
+              "refused connections not counted: %r" % closed_total(d, "max_connections"))
     finally:
         tr.close()
     stop_ok(d)
@@ -186,6 +201,9 @@ def slowloris_request_deadline_frees_every_slot():
 def over_max_connections_is_refused_at_once():
     """At the cap a new connection is closed at once, not left in the backlog."""
     d = Daemon(["--max-connections", "3", "--timeout", "600"]).start()
+    # Earlier clients' connections are counted until the daemon has seen them close.
+    wait_for(lambda: "minicpmd_http_connections 1\n" in d.metrics(), 10,
+             "only /metrics' own connection to be open")
     held = [d.connect() for _ in range(3)]
     try:
         for s in held:
@@ -198,6 +216,7 @@ def over_max_connections_is_refused_at_once():
         check(closed and data == b"", "a 4th connection over --max-connections 3 was not "
               "closed at once (got %r, closed %s)" % (data[:100], closed))
         held.pop().close()
+        wait_for(lambda: closed_total(d, "max_connections") == 1, 10, "the refusal counted")
         wait_for(lambda: d.get("/health", timeout=2).status == 503, 10,
                  "/health once a slot is free")
     finally:
@@ -227,6 +246,8 @@ def per_ip_connection_limit():
         raise Skip("no non-loopback address to connect from")
     d = Daemon(["--host", "0.0.0.0", "--max-connections-per-ip", "2", "--timeout", "600"])
     d.start()
+    wait_for(lambda: "minicpmd_http_connections 1\n" in d.metrics(), 10,
+             "only /metrics' own connection to be open")
     held = []
     try:
         for _ in range(2):
@@ -241,6 +262,7 @@ def per_ip_connection_limit():
         check(closed and data == b"", "a 3rd connection from %s was served: %r" % (addr, data))
         # Loopback clients are not counted per address.
         eq(d.get("/health", timeout=5).status, 503, "/health over loopback")
+        eq(closed_total(d, "max_connections_per_ip"), 1, "refusals counted")
     finally:
         for s in held:
             s.close()
