@@ -382,6 +382,10 @@ def max_connections_limit():
     limit of 4, a fifth is closed; closing one of the four must let /health in."""
     d = Daemon(["--max-connections", "4", "--timeout", "30"]).start()
     for rnd in range(2):
+        # A closed connection counts until the daemon has seen it close: wait for
+        # the earlier clients' to go, or the 4th held one would be refused.
+        wait_for(lambda: "minicpmd_http_connections 1\n" in d.metrics(), 10,
+                 "only /metrics' own connection to be open (round %d)" % rnd)
         held = []
         try:
             for _ in range(4):
