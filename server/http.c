@@ -19,10 +19,10 @@
 #include "server/security.h"
 #include "util/clock.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <microhttpd.h>
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -35,10 +35,10 @@
 #include <time.h>
 #include <unistd.h>
 
-static void on_timer(uv_timer_t *t);
-
 /* srv_http_stop(): how long answers ended by the stop may take to go out. */
 #define STOP_FLUSH_MS 1000
+
+static void on_timer(uv_timer_t *t);
 static void request_unref(srv_request *req);
 
 /* ---- request accessors --------------------------------------------------- */

@@ -53,8 +53,11 @@ size_t srv_http_inflight(const srv_http *h);
 /* Open TCP connections. */
 size_t srv_http_connections(const srv_http *h);
 
-/* Close every connection, stop MHD and close the uv handles. `h` is freed once the
- * loop has run the close callbacks. */
+/* Close every connection, stop MHD and close the uv handles. Requests still
+ * waiting are cancelled and answered 503 shutting_down; open streams end with a
+ * shutting_down error event and [DONE]; those last answers get up to a second to
+ * go out (the loop is blocked meanwhile). `h` is freed once the loop has run the
+ * close callbacks. */
 void srv_http_stop(srv_http *h);
 
 /* ---- what handlers see -------------------------------------------------- */
