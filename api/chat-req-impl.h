@@ -50,6 +50,11 @@ int api__get_bool(const json_t *obj, const char *key, const char *param, bool *o
 int api__get_string(const json_t *obj, const char *key, const char *param, const char **out,
                     struct api_bad_request *bad);
 
+/* A token budget (max_tokens and its kin): >= 1, or -1 meaning until the context
+ * ends, given back as 0; 0 is refused. *present says whether it was given. */
+int api__get_max_tokens(const json_t *obj, const char *key, long long *out, bool *present,
+                        struct api_bad_request *bad);
+
 /* Whether v is a string of exactly the bytes of s (no NUL inside). */
 bool api__str_is(const json_t *v, const char *s);
 

@@ -211,6 +211,24 @@ static int get_integer(const json_t *obj, const char *key, long long lo, long lo
     return 0;
 }
 
+/* A token budget: an integer >= 1, or -1 for "until the context ends" (Open WebUI's
+ * "no limit", llama.cpp's n_predict -1), stored as 0. 0 itself is refused, as OpenAI
+ * does (minimum 1): a chat answer of no tokens has no use, and reading 0 as "no
+ * limit" would turn a client's mistake into the longest possible generation. */
+int api__get_max_tokens(const json_t *obj, const char *key, long long *out, bool *present,
+                        struct api_bad_request *bad)
+{
+    long long x = 0;
+    if (get_integer(obj, key, -1, LLONG_MAX, &x, present, bad))
+        return -EINVAL;
+    if (*present && x == 0)
+        return api__refuse(bad, key, "Invalid '%s': integer below minimum value. Expected a value "
+                                     ">= 1 (or -1: until the context ends), but got 0 instead.",
+                           key);
+    *out = x < 0 ? 0 : x;
+    return 0;
+}
+
 bool api__str_is(const json_t *v, const char *s)
 {
     return json_is_string(v) && strcmp(json_string_value(v), s) == 0 &&
@@ -219,18 +237,35 @@ bool api__str_is(const json_t *v, const char *s)
 
 /* ---- stop and logit_bias ------------------------------------------------------ */
 
+/* One stop string, kept whole and by length: a JSON "\u0000" inside is a NUL byte
+ * of the stop string and is matched as one (engine/gen.h), never a cut. */
+static int add_stop(const json_t *s, const char *p, struct api_chat_req *r, size_t *total,
+                    struct api_bad_request *bad)
+{
+    if (!json_is_string(s))
+        return api__wrong_type(bad, p, "a string", s);
+    size_t len = json_string_length(s);
+    if (len == 0)
+        return api__refuse(bad, p, "Invalid '%s': a stop sequence must not be empty.", p);
+    *total += len;
+    if (*total > UT_MAX_STOP_BYTES)
+        return api__refuse(bad, p, "Invalid '%s': the stop sequences are %zu bytes or more in all; "
+                                   "at most %d are accepted.",
+                           p, *total, UT_MAX_STOP_BYTES);
+    r->stop[r->n_stop++] = (struct api_chat_stop){json_string_value(s), len};
+    return 0;
+}
+
+/* A string or up to UT_MAX_STOP strings (OpenAI allows 4; llama.cpp and Open WebUI
+ * send more), UT_MAX_STOP_BYTES in all. */
 static int check_stop(const json_t *body, struct api_chat_req *r, struct api_bad_request *bad)
 {
     const json_t *stop = api__opt(body, "stop");
+    size_t total = 0;
     if (!stop)
         return 0;
-    if (json_is_string(stop)) {
-        if (json_string_length(stop) == 0)
-            return api__refuse(bad, "stop", "Invalid 'stop': a stop sequence must not be empty.");
-        r->stop[0] = (struct api_chat_stop){json_string_value(stop), json_string_length(stop)};
-        r->n_stop = 1;
-        return 0;
-    }
+    if (json_is_string(stop))
+        return add_stop(stop, "stop", r, &total, bad);
     if (!json_is_array(stop))
         return api__wrong_type(bad, "stop", "a string or an array of strings", stop);
     if (api__check_max_items(stop, "stop", UT_MAX_STOP, bad))
@@ -240,11 +275,8 @@ static int check_stop(const json_t *body, struct api_chat_req *r, struct api_bad
     json_array_foreach(stop, i, s) {
         char p[32];
         api__path(p, sizeof p, "stop[%zu]", i);
-        if (!json_is_string(s))
-            return api__wrong_type(bad, p, "a string", s);
-        if (json_string_length(s) == 0)
-            return api__refuse(bad, p, "Invalid '%s': a stop sequence must not be empty.", p);
-        r->stop[r->n_stop++] = (struct api_chat_stop){json_string_value(s), json_string_length(s)};
+        if (add_stop(s, p, r, &total, bad))
+            return -EINVAL;
     }
     return 0;
 }
@@ -388,8 +420,8 @@ static int check_lengths(const json_t *body, struct api_chat_req *r,
 {
     long long v = 0, w = 0;
     bool mct, mt;
-    if (get_integer(body, "max_completion_tokens", 1, LLONG_MAX, &v, &mct, bad) ||
-        get_integer(body, "max_tokens", 1, LLONG_MAX, &w, &mt, bad))
+    if (api__get_max_tokens(body, "max_completion_tokens", &v, &mct, bad) ||
+        api__get_max_tokens(body, "max_tokens", &w, &mt, bad))
         return -EINVAL;
     /* max_tokens is OpenAI's deprecated name; the newer one wins when both are set. */
     long long m = mct ? v : mt ? w : 0;

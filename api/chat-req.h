@@ -44,8 +44,9 @@ enum api_tool_choice {
 };
 
 struct api_chat_stop {
-    const char *text;           /* borrowed from the body; may hold NUL bytes */
-    size_t len;                 /* >= 1 */
+    const char *text;           /* borrowed from the body; may hold NUL bytes, matched
+                                   as bytes (kept whole, by length) */
+    size_t len;                 /* >= 1; all of a request's <= UT_MAX_STOP_BYTES */
 };
 
 /* A parsed request. Created by api_chat_req_parse(), freed by api_chat_req_free().
@@ -57,8 +58,8 @@ struct api_chat_req {
     bool stream;
     bool include_usage;         /* stream_options.include_usage */
 
-    /* max_completion_tokens, else max_tokens (>= 1), or 0 when neither was given
-     * (generate until a stop or the end of the context). Not clamped: see
+    /* max_completion_tokens, else max_tokens (>= 1), or 0 when neither was given or
+     * it was -1 (generate until a stop or the end of the context). Not clamped: see
      * api_chat_req_budget(). */
     int32_t max_tokens;
 

@@ -261,10 +261,9 @@ static void submit(struct chat *c)
         .user = c,
     };
     p.n_stop_ids = eng_engine_stop_ids(app->eng, &p.stop_ids);
-    char stops[UT_MAX_STOP][256];
-    for (int i = 0; i < r->n_stop; i++) {
-        snprintf(stops[i], sizeof stops[i], "%.*s", (int)r->stop[i].len, r->stop[i].text);
-        p.stop[i] = stops[i];
+    for (int i = 0; i < r->n_stop; i++) { /* whole, by length: the request copies them */
+        p.stop[i] = r->stop[i].text;
+        p.stop_len[i] = r->stop[i].len;
     }
     char err[256];
     if (eng_gen_req_new(&p, &c->greq, err, sizeof err) != 0) {

@@ -340,8 +340,16 @@ MCD_TEST(chat_req, max_tokens)
     r = ok(BODY(",\"max_completion_tokens\":9000000000000"));
     cr_assert_eq(r->max_tokens, INT32_MAX);
     api_chat_req_free(r);
-    bad_as(BODY(",\"max_tokens\":0"), "max_tokens", "Expected a value >= 1, but got 0");
+    bad_as(BODY(",\"max_tokens\":0"), "max_tokens", "Expected a value >= 1 (or -1");
     bad(BODY(",\"max_tokens\":-5"), "max_tokens");
+    bad(BODY(",\"max_tokens\":-2"), "max_tokens");
+    /* -1: until the context ends (Open WebUI's "no limit", llama.cpp's n_predict). */
+    r = ok(BODY(",\"max_tokens\":-1"));
+    cr_assert_eq(r->max_tokens, 0);
+    api_chat_req_free(r);
+    r = ok(BODY(",\"max_completion_tokens\":-1,\"max_tokens\":5"));
+    cr_assert_eq(r->max_tokens, 0, "max_completion_tokens -1 wins");
+    api_chat_req_free(r);
     bad_as(BODY(",\"max_completion_tokens\":0"), "max_completion_tokens", ">= 1");
     bad_as(BODY(",\"max_completion_tokens\":1.5"), "max_completion_tokens", "expected an integer");
     bad(BODY(",\"max_completion_tokens\":\"10\""), "max_completion_tokens");

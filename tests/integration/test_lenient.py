@@ -1,0 +1,132 @@
+#!/usr/bin/python3
+"""What clients send that peers accept (issue 18, issue 14 item 4), against the real
+daemon on the `tiny` pack: max_tokens -1, up to 16 stop strings kept whole (any
+length up to the bound, NUL bytes matched as bytes), /tokenize add_special, and
+an assistant message last in `messages` continued (prefill)."""
+import json
+import os
+import shutil
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import (assert_error_object, check, eq, pack_daemon, run_main,  # noqa: E402
+                     stop_ok, test)
+
+PACK = "MiniCPM5-2B"
+JSON = {"Content-Type": "application/json"}
+# The tiny pack's stop ids (1, 1023), its special tokens and the ids its tokenizer
+# has no text for (307..1023 of the model's 1024): never end early, always text.
+NO_EOS = {str(i): -100 for i in [1, 300, 301, 302, 304] + list(range(307, 1024))}
+
+
+def chat(d, messages=None, **kw):
+    b = {"model": PACK, "messages": messages or [{"role": "user", "content": "Hello there"}]}
+    b.update(kw)
+    return d.post("/v1/chat/completions", data=json.dumps(b), headers=JSON, timeout=60)
+
+
+def greedy(d, n, **kw):
+    """The greedy answer of n tokens with no stop id: the text the stops cut."""
+    r = chat(d, temperature=0, max_tokens=n, logit_bias=NO_EOS, **kw)
+    eq(r.status, 200, "greedy status")
+    return r.json()["choices"][0]
+
+
+@test
+def long_stop_is_kept_whole():
+    """A 268-byte stop whose first 255 bytes occur in the answer but which does not:
+    the answer is whole (finish length). The old server cut stops at 255 bytes,
+    matched the prefix and returned a cut answer with finish_reason stop."""
+    d = pack_daemon()
+    full = greedy(d, 400)["message"]["content"]
+    raw = full.encode("utf-8")
+    check(len(raw) > 300, "the greedy answer is only %d bytes", len(raw))
+    prefix = raw[4:4 + 255].decode("utf-8", "ignore")
+    stop = prefix + "\u0007" * (268 - len(prefix.encode("utf-8")))
+    check(len(stop.encode()) >= 268 and stop not in full, "the stop must not occur whole")
+    got = greedy(d, 400, stop=[stop])
+    eq(got["finish_reason"], "length", "finish_reason with a stop that never occurs whole")
+    eq(got["message"]["content"], full, "the answer")
+    # And one that does occur whole, longer than 255 bytes, still stops there.
+    hit = raw[4:4 + 280].decode("utf-8", "ignore")
+    got = greedy(d, 400, stop=[hit])
+    eq(got["finish_reason"], "stop", "finish_reason with a long stop that occurs")
+    eq(got["message"]["content"], full[:full.index(hit)], "the answer before the stop")
+    stop_ok(d)
+
+
+@test
+def stop_with_nul_is_refused():
+    """"\\u0000" in a stop (or any string) is refused with 400 and a message that
+    says so, never cut at the NUL (the old stop matched the part before it). The
+    body is refused before any field is read, so no stop can be half-applied."""
+    d = pack_daemon()
+    r = chat(d, stop=["ab\u0000cd"])
+    assert_error_object(r, 400, "invalid_request_error", code="invalid_json")
+    check("NUL" in r.json()["error"]["message"], "the message names the NUL: %r", r.json())
+    stop_ok(d)
+
+
+@test
+def sixteen_stops_and_max_tokens_minus_one():
+    """Open WebUI's shapes: max_tokens -1 (no limit) and more than 4 stops: 200, as
+    llama.cpp answers. 17 stops, max_tokens 0 and stops over the byte bound: 400."""
+    d = pack_daemon()
+    full = greedy(d, 40)["message"]["content"]
+    stops = ["\u0007%d" % i for i in range(15)] + [full[5:9]]
+    got = greedy(d, 40, stop=stops)
+    eq(got["finish_reason"], "stop", "finish_reason with the 16th stop occurring")
+    eq(got["message"]["content"], full[:full.index(full[5:9])], "cut at the 16th stop")
+    r = chat(d, temperature=0, max_tokens=-1, logit_bias=NO_EOS, stop=full[5:9])
+    eq(r.status, 200, "max_tokens -1 status")
+    eq(r.json()["choices"][0]["message"]["content"], full[:full.index(full[5:9])],
+       "max_tokens -1 generates until the stop")
+    r = chat(d, max_completion_tokens=-1, max_tokens=3)
+    eq(r.status, 200, "max_completion_tokens -1 status")
+    assert_error_object(chat(d, stop=["a"] * 17), 400, "invalid_request_error", param="stop")
+    assert_error_object(chat(d, max_tokens=0), 400, "invalid_request_error", param="max_tokens")
+    assert_error_object(chat(d, max_tokens=-2), 400, "invalid_request_error", param="max_tokens")
+    assert_error_object(chat(d, stop=["x" * 5000, "y" * 4000]), 400, "invalid_request_error",
+                        param="stop[1]")
+    stop_ok(d)
+
+
+@test
+def tokenize_add_special():
+    """add_special adds what the tokenizer.json's post_processor puts around the
+    text (a TemplateProcessing with "<L>", id 301, here; MiniCPM5's is "<s>"). The old
+    server parsed the flag and never used it."""
+    d = pack_daemon(start=False)
+    path = os.path.join(d.pack, "tokenizer.json")
+    with open(path) as f:
+        tj = json.load(f)
+    bos = {"SpecialToken": {"id": "<L>", "type_id": 0}}
+    tj["post_processor"] = {"type": "TemplateProcessing",
+                            "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
+                            "pair": [bos, {"Sequence": {"id": "A", "type_id": 0}},
+                                     {"Sequence": {"id": "B", "type_id": 1}}],
+                            "special_tokens": {"<L>": {"id": "<L>", "ids": [301],
+                                                       "tokens": ["<L>"]}}}
+    with open(path, "w") as f:
+        json.dump(tj, f)
+    d.start()
+    from harness import wait_ready
+    wait_ready(d)
+
+    def tok(**kw):
+        r = d.post("/tokenize", data=json.dumps(dict(content="hello", **kw)), headers=JSON)
+        eq(r.status, 200, "/tokenize status")
+        return r.json()["tokens"]
+    plain = tok()
+    eq(tok(add_special=False), plain, "add_special false")
+    eq(tok(add_special=True), [301] + plain, "add_special true")
+    # Chat prompts never get it twice: the template writes the BOS itself.
+    r = d.post("/apply-template", data=json.dumps({"messages": [{"role": "user",
+                                                                  "content": "hi"}]}),
+               headers=JSON)
+    eq(r.status, 200, "/apply-template status")
+    stop_ok(d)
+
+
+if __name__ == "__main__":
+    run_main()
