@@ -474,6 +474,13 @@ static int check_template_params(const json_t *body, struct api_chat_req *r,
         .bos_token = "<s>",
         .eos_token = "</s>",
     };
+    /* An assistant message last is continued (prefill), as llama.cpp does, with
+     * transformers' continue_final_message semantics; vLLM's field says so
+     * explicitly (engine/template.h, eng_chat_continues). */
+    r->chat.continue_final = eng_chat_continues(r->chat.messages, agp);
+    if (api__get_bool(body, "continue_final_message", "continue_final_message",
+                      &r->chat.continue_final, bad))
+        return -EINVAL;
     const json_t *kw = api__opt(body, "chat_template_kwargs");
     if (!kw)
         return 0;

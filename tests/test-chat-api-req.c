@@ -358,6 +358,23 @@ MCD_TEST(chat_req, max_tokens)
     bad(BODY(",\"max_completion_tokens\":5,\"max_tokens\":0"), "max_tokens");
 }
 
+MCD_TEST(chat_req, assistant_prefill)
+{
+    /* An assistant message last is continued unless the client says otherwise. */
+    struct api_chat_req *r = ok("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
+                                "\"hi\"},{\"role\":\"assistant\",\"content\":\"Sure\"}]}");
+    cr_assert(r->chat.continue_final);
+    api_chat_req_free(r);
+    r = ok("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":"
+           "\"assistant\",\"content\":\"Sure\"}],\"continue_final_message\":false}");
+    cr_assert(!r->chat.continue_final);
+    api_chat_req_free(r);
+    r = ok(BODY(""));
+    cr_assert(!r->chat.continue_final, "a user message last: a new assistant turn");
+    api_chat_req_free(r);
+    bad(BODY(",\"continue_final_message\":1"), "continue_final_message");
+}
+
 MCD_TEST(chat_req, n_must_be_one)
 {
     api_chat_req_free(ok(BODY(",\"n\":1")));

@@ -128,5 +128,39 @@ def tokenize_add_special():
     stop_ok(d)
 
 
+@test
+def assistant_prefill_continues():
+    """An assistant message last is continued (transformers' continue_final_message,
+    llama.cpp's prefill): /apply-template equals Jinja2 on the official template
+    rendered with add_generation_prompt false and cut after the stripped content
+    (tests/chat/oracle.py); the old server closed the turn and opened a new one. A
+    prefill inside <think> goes on as reasoning."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "chat"))
+    import oracle
+    template = oracle.load_template(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                 "..", "data", "minicpm5-2b",
+                                                 "chat_template.jinja"))
+    u = {"role": "user", "content": "What is 2+2?"}
+    d = pack_daemon()
+    for msgs, extra in (([u, {"role": "assistant", "content": "The answer is "}], {}),
+                        ([u, {"role": "assistant", "content": "<think>\nLet me"}], {}),
+                        ([u, {"role": "assistant", "content": "4"}],
+                         {"continue_final_message": False})):
+        req = dict(messages=msgs, **extra)
+        want = oracle.render(template, req)
+        r = d.post("/apply-template", data=json.dumps(req), headers=JSON)
+        eq(r.status, 200, "/apply-template status")
+        eq(r.json()["prompt"], want, "prompt for %s" % json.dumps(req))
+    check(oracle.render(template, {"messages": [u, {"role": "assistant", "content": "x "}]})
+          .endswith("</think>\n\nx"), "the oracle continues the prefill")
+    got = greedy(d, 20, messages=[u, {"role": "assistant", "content": "<think>\nLet me"}])
+    msg = got["message"]
+    check(msg.get("reasoning_content") and not msg.get("content"),
+          "a prefill inside <think> continues as reasoning: %r", msg)
+    r = chat(d, messages=[u], continue_final_message=True)
+    assert_error_object(r, 400, "invalid_request_error")
+    stop_ok(d)
+
+
 if __name__ == "__main__":
     run_main()
