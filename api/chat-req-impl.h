@@ -55,6 +55,11 @@ int api__get_string(const json_t *obj, const char *key, const char *param, const
 int api__get_max_tokens(const json_t *obj, const char *key, long long *out, bool *present,
                         struct api_bad_request *bad);
 
+/* reasoning_effort's value `v` (NULL or null: absent) into *out: "none"/"minimal"
+ * OFF, "low"/"medium"/"high" ON; anything else refused as `param`. */
+int api__reasoning_effort(const json_t *v, const char *param, enum eng_thinking *out,
+                          struct api_bad_request *bad);
+
 /* Whether v is a string of exactly the bytes of s (no NUL inside). */
 bool api__str_is(const json_t *v, const char *s);
 

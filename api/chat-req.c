@@ -460,8 +460,34 @@ static int check_logprobs(const json_t *body, struct api_chat_req *r,
  * chat_template_kwargs.enable_thinking (true / false; absent or null: the
  * template's default) and the tools the parser will recognise. Read here once;
  * the prompt builder and /apply-template take r->chat as it is. */
-static int check_template_params(const json_t *body, struct api_chat_req *r,
-                                 struct api_bad_request *bad)
+/* reasoning_effort (OpenAI; Open WebUI sends it): "none" and "minimal" turn
+ * MiniCPM5's thinking off, "low", "medium" and "high" on (the model has no
+ * budget in between). *out is left alone when absent. */
+int api__reasoning_effort(const json_t *v, const char *param, enum eng_thinking *out,
+                          struct api_bad_request *bad)
+{
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_string(v))
+        return api__wrong_type(bad, param, "a string", v);
+    static const char *const off[] = {"none", "minimal"}, *const on[] = {"low", "medium", "high"};
+    for (size_t i = 0; i < sizeof off / sizeof *off; i++)
+        if (api__str_is(v, off[i])) {
+            *out = ENG_THINKING_OFF;
+            return 0;
+        }
+    for (size_t i = 0; i < sizeof on / sizeof *on; i++)
+        if (api__str_is(v, on[i])) {
+            *out = ENG_THINKING_ON;
+            return 0;
+        }
+    return api__refuse(bad, param, "Invalid value for '%s': '%s' is not one of 'none', 'minimal', "
+                                   "'low', 'medium', 'high'.",
+                       param, api__quoted(json_string_value(v)).s);
+}
+
+static int check_template_params(const json_t *body, const struct api_chat_limits *lim,
+                                 struct api_chat_req *r, struct api_bad_request *bad)
 {
     bool agp = true;
     if (api__get_bool(body, "add_generation_prompt", "add_generation_prompt", &agp, bad))
@@ -470,7 +496,7 @@ static int check_template_params(const json_t *body, struct api_chat_req *r,
         .messages = json_object_get(body, "messages"),
         .tools = r->parser_tools,
         .add_generation_prompt = agp,
-        .thinking = ENG_THINKING_UNSET,
+        .thinking = lim ? lim->thinking : ENG_THINKING_UNSET,
         .bos_token = "<s>",
         .eos_token = "</s>",
     };
@@ -480,6 +506,11 @@ static int check_template_params(const json_t *body, struct api_chat_req *r,
     r->chat.continue_final = eng_chat_continues(r->chat.messages, agp);
     if (api__get_bool(body, "continue_final_message", "continue_final_message",
                       &r->chat.continue_final, bad))
+        return -EINVAL;
+    /* Precedence (README): chat_template_kwargs.enable_thinking, then
+     * reasoning_effort, then the daemon's --thinking. */
+    if (api__reasoning_effort(api__opt(body, "reasoning_effort"), "reasoning_effort",
+                              &r->chat.thinking, bad))
         return -EINVAL;
     const json_t *kw = api__opt(body, "chat_template_kwargs");
     if (!kw)
@@ -551,7 +582,7 @@ int api_chat_req_parse(const json_t *body, const struct api_chat_limits *lim,
     } else if (r->tool_choice != API_TOOL_CHOICE_NONE) {
         r->parser_tools = tools;
     }
-    if (check_template_params(body, r, bad))
+    if (check_template_params(body, lim, r, bad))
         goto err;
     *out = r;
     return 0;

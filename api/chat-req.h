@@ -34,6 +34,8 @@ struct api_chat_limits {
     const struct eng_sampling *defaults;    /* the pack's (eng_sampling_defaults), or NULL
                                              * for neutral knobs; copied, not kept */
     bool template_only;                     /* /apply-template: `model` may be absent */
+    enum eng_thinking thinking;             /* the daemon's default (--thinking): UNSET is
+                                             * auto, the template's own */
 };
 
 enum api_tool_choice {

@@ -86,6 +86,9 @@ struct api_chat_limits srv_app_chat_limits(const struct srv_app *app, bool templ
         .n_vocab = eng_pack_get_info(eng_engine_pack(app->eng))->hp.n_vocab,
         .defaults = eng_engine_sampling(app->eng),
         .template_only = template_only,
+        .thinking = app->cfg->thinking == CFG_THINKING_ON    ? ENG_THINKING_ON
+                    : app->cfg->thinking == CFG_THINKING_OFF ? ENG_THINKING_OFF
+                                                             : ENG_THINKING_UNSET,
     };
 }
 

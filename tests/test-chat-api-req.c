@@ -375,6 +375,52 @@ MCD_TEST(chat_req, assistant_prefill)
     bad(BODY(",\"continue_final_message\":1"), "continue_final_message");
 }
 
+/* Thinking: chat_template_kwargs.enable_thinking > reasoning_effort > --thinking. */
+MCD_TEST(chat_req, reasoning_effort_and_default)
+{
+    static const struct {
+        const char *extra;
+        enum eng_thinking want;
+    } cases[] = {
+        {"", ENG_THINKING_UNSET},
+        {",\"reasoning_effort\":\"none\"", ENG_THINKING_OFF},
+        {",\"reasoning_effort\":\"minimal\"", ENG_THINKING_OFF},
+        {",\"reasoning_effort\":\"low\"", ENG_THINKING_ON},
+        {",\"reasoning_effort\":\"medium\"", ENG_THINKING_ON},
+        {",\"reasoning_effort\":\"high\"", ENG_THINKING_ON},
+        {",\"reasoning_effort\":null", ENG_THINKING_UNSET},
+        {",\"reasoning_effort\":\"none\",\"chat_template_kwargs\":{\"enable_thinking\":true}",
+         ENG_THINKING_ON},
+        {",\"reasoning_effort\":\"high\",\"chat_template_kwargs\":{\"enable_thinking\":false}",
+         ENG_THINKING_OFF},
+    };
+    char body[512];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        snprintf(body, sizeof body, BODY("%s"), cases[i].extra);
+        struct api_chat_req *r = ok(body);
+        cr_assert_eq(r->chat.thinking, cases[i].want, "%s", cases[i].extra);
+        api_chat_req_free(r);
+    }
+    bad_as(BODY(",\"reasoning_effort\":\"max\""), "reasoning_effort", "'max' is not one of");
+    bad(BODY(",\"reasoning_effort\":1"), "reasoning_effort");
+
+    /* The daemon's default applies only when the request says nothing. */
+    struct api_chat_limits off = LIM;
+    off.thinking = ENG_THINKING_OFF;
+    struct api_bad_request b;
+    struct api_chat_req *r = NULL;
+    json_t *j = load(BODY(""));
+    cr_assert_eq(api_chat_req_parse(j, &off, &r, &b), 0);
+    cr_assert_eq(r->chat.thinking, ENG_THINKING_OFF);
+    api_chat_req_free(r);
+    json_decref(j);
+    j = load(BODY(",\"reasoning_effort\":\"low\""));
+    cr_assert_eq(api_chat_req_parse(j, &off, &r, &b), 0);
+    cr_assert_eq(r->chat.thinking, ENG_THINKING_ON);
+    api_chat_req_free(r);
+    json_decref(j);
+}
+
 MCD_TEST(chat_req, n_must_be_one)
 {
     api_chat_req_free(ok(BODY(",\"n\":1")));

@@ -162,5 +162,48 @@ def assistant_prefill_continues():
     stop_ok(d)
 
 
+def _oracle():
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(here, "..", "chat"))
+    import oracle
+    return oracle, oracle.load_template(os.path.join(here, "..", "data", "minicpm5-2b",
+                                                     "chat_template.jinja"))
+
+
+@test
+def reasoning_effort_and_thinking_default():
+    """reasoning_effort "none" renders byte for byte what Jinja2 renders with
+    enable_thinking=false (the old server ignored it: the template's default); "high"
+    as enable_thinking=true; with --thinking off a request that says nothing gets
+    the thinking-off prompt, and enable_thinking wins over reasoning_effort."""
+    oracle, template = _oracle()
+    msgs = [{"role": "user", "content": "What is 2+2?"}]
+
+    def want(thinking):
+        req = {"messages": msgs}
+        if thinking is not None:
+            req["chat_template_kwargs"] = {"enable_thinking": thinking}
+        return oracle.render(template, req)
+
+    def prompt(d, **kw):
+        r = d.post("/apply-template", data=json.dumps(dict(messages=msgs, **kw)), headers=JSON)
+        eq(r.status, 200, "/apply-template status")
+        return r.json()["prompt"]
+    d = pack_daemon()
+    eq(prompt(d, reasoning_effort="none"), want(False), "reasoning_effort none")
+    eq(prompt(d, reasoning_effort="minimal"), want(False), "reasoning_effort minimal")
+    eq(prompt(d, reasoning_effort="high"), want(True), "reasoning_effort high")
+    eq(prompt(d), want(None), "nothing said, --thinking auto")
+    eq(prompt(d, reasoning_effort="none", chat_template_kwargs={"enable_thinking": True}),
+       want(True), "enable_thinking wins over reasoning_effort")
+    assert_error_object(chat(d, reasoning_effort="max"), 400, "invalid_request_error",
+                        param="reasoning_effort")
+    stop_ok(d)
+    d = pack_daemon(["--thinking", "off"])
+    eq(prompt(d), want(False), "nothing said, --thinking off")
+    eq(prompt(d, reasoning_effort="low"), want(True), "reasoning_effort low over --thinking off")
+    stop_ok(d)
+
+
 if __name__ == "__main__":
     run_main()
