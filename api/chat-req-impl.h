@@ -63,6 +63,24 @@ int api__reasoning_effort(const json_t *v, const char *param, enum eng_thinking 
 /* Whether v is a string of exactly the bytes of s (no NUL inside). */
 bool api__str_is(const json_t *v, const char *s);
 
+/* get_integer for the other surfaces: an integer in [lo, hi] (5.0 counts as 5). */
+int api__get_int(const json_t *obj, const char *key, long long lo, long long hi, long long *out,
+                 bool *present, struct api_bad_request *bad);
+
+/* ---- for the other surfaces (api/completions.c, api/ollama.c, api/responses.c) -- */
+
+/* A request on `body` (referenced) with the pack's sampling defaults and the
+ * daemon's thinking default; NULL (bad = out of memory) when out of memory. Free it
+ * with api_chat_req_free(). */
+struct api_chat_req *api__req_new(const json_t *body, const struct api_chat_limits *lim,
+                                  struct api_bad_request *bad);
+
+/* The fields every OpenAI-shaped surface shares with chat, checked as chat checks
+ * them: stream and stream_options, the sampling knobs and seed, stop, logit_bias,
+ * user. */
+int api__check_generation(const json_t *body, const struct api_chat_limits *lim,
+                          struct api_chat_req *r, struct api_bad_request *bad);
+
 /* ---- the checks, in api_chat_req_parse()'s order ----------------------------- */
 
 /* chat-req-msgs.c: "messages", required, a non-empty array of valid messages. */

@@ -526,6 +526,44 @@ static int check_template_params(const json_t *body, const struct api_chat_limit
     return 0;
 }
 
+struct api_chat_req *api__req_new(const json_t *body, const struct api_chat_limits *lim,
+                                  struct api_bad_request *bad)
+{
+    struct api_chat_req *r = calloc(1, sizeof *r);
+    if (!r) {
+        oom(bad);
+        return NULL;
+    }
+    r->body_ = json_incref((json_t *)body);
+    if (lim && lim->defaults) {
+        r->sampling = *lim->defaults;
+    } else {
+        r->sampling = (struct eng_sampling){.temperature = 1.0f, .top_p = 1.0f,
+                                            .repetition_penalty = 1.0f};
+    }
+    r->sampling.bias = NULL;
+    r->sampling.n_bias = 0;
+    r->chat.thinking = lim ? lim->thinking : ENG_THINKING_UNSET;
+    return r;
+}
+
+int api__check_generation(const json_t *body, const struct api_chat_limits *lim,
+                          struct api_chat_req *r, struct api_bad_request *bad)
+{
+    int32_t n_vocab = lim && lim->n_vocab > 0 ? lim->n_vocab : INT32_MAX;
+    if (check_stream(body, r, bad) || check_sampling(body, r, bad) || check_stop(body, r, bad) ||
+        check_logit_bias(body, n_vocab, r, bad) ||
+        api__get_string(body, "user", "user", &r->user, bad))
+        return -EINVAL;
+    return 0;
+}
+
+int api__get_int(const json_t *obj, const char *key, long long lo, long long hi, long long *out,
+                 bool *present, struct api_bad_request *bad)
+{
+    return get_integer(obj, key, lo, hi, out, present, bad);
+}
+
 int api_chat_req_parse(const json_t *body, const struct api_chat_limits *lim,
                        struct api_chat_req **out, struct api_bad_request *bad)
 {

@@ -59,6 +59,8 @@ struct api_chat_req {
                                    api_chat_req_check_model() */
     bool stream;
     bool include_usage;         /* stream_options.include_usage */
+    bool raw;                   /* a raw prompt (/v1/completions, Ollama raw): no chat
+                                   template, no output parser, all text is content */
 
     /* max_completion_tokens, else max_tokens (>= 1), or 0 when neither was given or
      * it was -1 (generate until a stop or the end of the context). Not clamped: see

@@ -173,6 +173,7 @@ const struct srv_route srv_routes[] = {
     {"GET", "/v1/models/{id}", "/v1/models/{id}", false, h_model},
     {"GET", "/metrics", "/metrics", false, h_metrics},
     {"POST", "/v1/chat/completions", "/v1/chat/completions", false, srv_h_chat_completions},
+    {"POST", "/v1/completions", "/v1/completions", false, srv_h_completions},
     {"POST", "/tokenize", "/tokenize", false, srv_h_tokenize},
     {"POST", "/detokenize", "/detokenize", false, srv_h_detokenize},
     {"POST", "/apply-template", "/apply-template", false, srv_h_apply_template},

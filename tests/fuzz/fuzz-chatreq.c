@@ -1,5 +1,6 @@
 /* libFuzzer target: arbitrary bytes as a POST /v1/chat/completions body through
- * api_chat_req_parse(), then what the handler does with the result: the template
+ * api_chat_req_parse() (and as the body of the other surfaces' translators:
+ * /v1/completions), then what the handler does with the result: the template
  * params it built, the budget, and the response builders fed with the request's
  * own strings and with the raw input bytes (invalid UTF-8 included). Any crash,
  * leak or sanitizer report is a bug. A refusal must be a one-line message whose
@@ -7,6 +8,7 @@
  * hold the invariants the worker relies on; every body must parse back as JSON. */
 #include "api/chat-req.h"
 #include "api/chat-resp.h"
+#include "api/completions.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -71,7 +73,8 @@ static void check_refusal(const struct api_bad_request *bad)
     free(body);
 }
 
-static void check_request(const struct api_chat_req *r)
+/* What every surface's request must hold for the worker. */
+static void check_common(const struct api_chat_req *r)
 {
     if (r->n_stop < 0 || r->n_stop > UT_MAX_STOP || r->max_tokens < 0)
         abort();
@@ -95,6 +98,18 @@ static void check_request(const struct api_chat_req *r)
         s->top_k < 0 || !(s->min_p >= 0 && s->min_p < 1) || !(s->repetition_penalty > 0) ||
         !(s->presence_penalty >= -2 && s->presence_penalty <= 2) ||
         !(s->frequency_penalty >= -2 && s->frequency_penalty <= 2))
+        abort();
+    size_t stop_bytes = 0;
+    for (int i = 0; i < r->n_stop; i++)
+        stop_bytes += r->stop[i].len;
+    if (stop_bytes > UT_MAX_STOP_BYTES || !r->model || (r->include_usage && !r->stream))
+        abort();
+}
+
+static void check_request(const struct api_chat_req *r)
+{
+    check_common(r);
+    if (r->raw)
         abort();
     switch (r->tool_choice) {
     case API_TOOL_CHOICE_NONE:
@@ -172,6 +187,55 @@ static void build_responses(const struct api_chat_req *r, const char *raw, size_
     }
 }
 
+/* The same bytes as a POST /v1/completions body; an accepted one is framed. */
+static void fuzz_completions(const uint8_t *data, size_t size, const struct api_chat_limits *lim)
+{
+    json_t *body = json_loadb((const char *)data, size, JSON_ALLOW_NUL, NULL);
+    if (!body)
+        return;
+    struct api_completion *c = NULL;
+    struct api_bad_request bad;
+    if (api_completion_parse(body, lim, &c, &bad) != 0) {
+        if (c)
+            abort();
+        check_refusal(&bad);
+        json_decref(body);
+        return;
+    }
+    json_decref(body);
+    check_common(c->req);
+    if (!c->req->raw || (!c->text && !c->n_ids) || (c->text && c->n_ids) ||
+        (c->echo && c->req->logprobs) || c->req->top_logprobs > API_COMPLETION_MAX_LOGPROBS)
+        abort();
+    for (size_t i = 0; i < c->n_ids; i++)
+        if (c->ids[i] < 0 || c->ids[i] >= N_VOCAB)
+            abort();
+    struct api_chat_format *f =
+        api_completion_format_new(c->text, c->text ? c->text_len : 0, c->req->include_usage);
+    if (!f)
+        abort();
+    struct api_chat_ident ci;
+    api_chat_ident_init(&ci, c->req->model, NULL, NULL, c->req->include_usage);
+    struct api_top_logprob top = {c->req->model, strlen(c->req->model), -1.0f};
+    struct api_token_logprob tok = {c->req->model, strlen(c->req->model), -0.5f, &top, 1};
+    struct api_chat_delta d = {.content = c->req->model, .logprobs = c->req->logprobs,
+                               .tokens = &tok, .n_tokens = 1};
+    struct api_usage u = {1, 2, 0, 0};
+    struct api_chat_result res = {.content = c->req->model, .logprobs = c->req->logprobs,
+                                  .tokens = &tok, .n_tokens = 1, .usage = u};
+    char *s = f->start(f->ctx, &ci);
+    if (s)
+        must_event(s);
+    must_event(f->delta(f->ctx, &ci, &d));
+    s = f->end(f->ctx, &ci, API_FINISH_LENGTH, &u, NULL);
+    if (!s || !strstr(s, API_SSE_DONE))
+        abort();
+    free(s);
+    must_parse(f->body(f->ctx, &ci, &res));
+    api_completion_format_free(f->ctx);
+    api_completion_free(c);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char *raw = malloc(size + 1);
@@ -207,6 +271,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     }
     build_responses(r, raw, n, size ? data[size - 1] + (unsigned)size : 0);
+    fuzz_completions(data, size, &lim);
     api_chat_req_free(r);
     json_decref(body);
     free(raw);
