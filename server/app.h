@@ -49,6 +49,12 @@ int srv_h_apply_template(srv_request *req, struct srv_response *resp);
 /* server/surfaces.c: the API surfaces other than chat, each translated onto the
  * one generation path of server/chat.c */
 int srv_h_completions(srv_request *req, struct srv_response *resp);
+int srv_h_ollama_version(srv_request *req, struct srv_response *resp);
+int srv_h_ollama_tags(srv_request *req, struct srv_response *resp);
+int srv_h_ollama_ps(srv_request *req, struct srv_response *resp);
+int srv_h_ollama_show(srv_request *req, struct srv_response *resp);
+int srv_h_ollama_chat(srv_request *req, struct srv_response *resp);
+int srv_h_ollama_generate(srv_request *req, struct srv_response *resp);
 
 extern const struct srv_route srv_routes[];
 extern const size_t srv_n_routes;

@@ -174,6 +174,13 @@ const struct srv_route srv_routes[] = {
     {"GET", "/metrics", "/metrics", false, h_metrics},
     {"POST", "/v1/chat/completions", "/v1/chat/completions", false, srv_h_chat_completions},
     {"POST", "/v1/completions", "/v1/completions", false, srv_h_completions},
+    /* The Ollama API (server/surfaces.c, api/ollama.h) */
+    {"GET", "/api/version", "/api/version", false, srv_h_ollama_version},
+    {"GET", "/api/tags", "/api/tags", false, srv_h_ollama_tags},
+    {"GET", "/api/ps", "/api/ps", false, srv_h_ollama_ps},
+    {"POST", "/api/show", "/api/show", false, srv_h_ollama_show},
+    {"POST", "/api/chat", "/api/chat", false, srv_h_ollama_chat},
+    {"POST", "/api/generate", "/api/generate", false, srv_h_ollama_generate},
     {"POST", "/tokenize", "/tokenize", false, srv_h_tokenize},
     {"POST", "/detokenize", "/detokenize", false, srv_h_detokenize},
     {"POST", "/apply-template", "/apply-template", false, srv_h_apply_template},

@@ -1,6 +1,6 @@
 /* libFuzzer target: arbitrary bytes as a POST /v1/chat/completions body through
  * api_chat_req_parse() (and as the body of the other surfaces' translators:
- * /v1/completions), then what the handler does with the result: the template
+ * /v1/completions, the Ollama API's /api/chat and /api/generate translators), then what the handler does with the result: the template
  * params it built, the budget, and the response builders fed with the request's
  * own strings and with the raw input bytes (invalid UTF-8 included). Any crash,
  * leak or sanitizer report is a bug. A refusal must be a one-line message whose
@@ -9,6 +9,7 @@
 #include "api/chat-req.h"
 #include "api/chat-resp.h"
 #include "api/completions.h"
+#include "api/ollama.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -236,6 +237,66 @@ static void fuzz_completions(const uint8_t *data, size_t size, const struct api_
     api_completion_free(c);
 }
 
+/* The same bytes as an Ollama /api/chat or /api/generate body: the translation
+ * must be refused with a one-line reason or give a body the OpenAI parsers then
+ * accept or refuse; the framing renders either way. */
+static void fuzz_ollama(const uint8_t *data, size_t size, const struct api_chat_limits *lim)
+{
+    json_t *body = json_loadb((const char *)data, size, JSON_ALLOW_NUL, NULL);
+    if (!body)
+        return;
+    bool generate = size % 2;
+    enum api_ollama_kind kind;
+    json_t *o = NULL;
+    struct api_bad_request bad;
+    if (api_ollama_translate(body, generate, &kind, &o, &bad) != 0) {
+        if (o)
+            abort();
+        check_refusal(&bad);
+    } else if (kind == API_OLLAMA_LOAD) {
+        if (o)
+            abort();
+    } else if (kind == API_OLLAMA_GENERATE_RAW) {
+        struct api_completion *c = NULL;
+        if (api_completion_parse(o, lim, &c, &bad) == 0)
+            check_common(c->req);
+        else
+            check_refusal(&bad);
+        api_completion_free(c);
+    } else {
+        struct api_chat_req *r = NULL;
+        if (api_chat_req_parse(o, lim, &r, &bad) == 0)
+            check_request(r);
+        else
+            check_refusal(&bad);
+        api_chat_req_free(r);
+    }
+    json_decref(o);
+    json_decref(body);
+    if (size % 7 != 0)
+        return;
+    char *err = api_ollama_error_body("{\"error\":{\"message\":\"x\"}}");
+    must_parse(err);
+    struct api_chat_format *f = api_ollama_format_new(generate, (const char *)"m");
+    struct api_chat_ident ci;
+    api_chat_ident_init(&ci, "m", NULL, NULL, false);
+    char raw[65];
+    size_t n = size < 64 ? size : 64;
+    memcpy(raw, data, n);
+    raw[n] = '\0';
+    struct api_tool_call_delta td = {0, NULL, raw, raw};
+    struct api_chat_delta d = {.content = raw, .reasoning = raw, .tool_calls = &td,
+                               .n_tool_calls = 1};
+    struct api_usage u = {1, 2, 0, 0};
+    char *s = f->delta(f->ctx, &ci, &d);
+    if (!s)
+        abort();
+    must_parse(s);
+    s = f->end(f->ctx, &ci, API_FINISH_STOP, &u, NULL);
+    must_parse(s);
+    api_ollama_format_free(f->ctx);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char *raw = malloc(size + 1);
@@ -272,6 +333,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     build_responses(r, raw, n, size ? data[size - 1] + (unsigned)size : 0);
     fuzz_completions(data, size, &lim);
+    fuzz_ollama(data, size, &lim);
     api_chat_req_free(r);
     json_decref(body);
     free(raw);
