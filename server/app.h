@@ -49,6 +49,7 @@ int srv_h_apply_template(srv_request *req, struct srv_response *resp);
 /* server/surfaces.c: the API surfaces other than chat, each translated onto the
  * one generation path of server/chat.c */
 int srv_h_completions(srv_request *req, struct srv_response *resp);
+int srv_h_responses(srv_request *req, struct srv_response *resp);
 int srv_h_ollama_version(srv_request *req, struct srv_response *resp);
 int srv_h_ollama_tags(srv_request *req, struct srv_response *resp);
 int srv_h_ollama_ps(srv_request *req, struct srv_response *resp);

@@ -174,6 +174,7 @@ const struct srv_route srv_routes[] = {
     {"GET", "/metrics", "/metrics", false, h_metrics},
     {"POST", "/v1/chat/completions", "/v1/chat/completions", false, srv_h_chat_completions},
     {"POST", "/v1/completions", "/v1/completions", false, srv_h_completions},
+    {"POST", "/v1/responses", "/v1/responses", false, srv_h_responses},
     /* The Ollama API (server/surfaces.c, api/ollama.h) */
     {"GET", "/api/version", "/api/version", false, srv_h_ollama_version},
     {"GET", "/api/tags", "/api/tags", false, srv_h_ollama_tags},

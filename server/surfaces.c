@@ -4,6 +4,7 @@
  * generation path (server/chat.c). Nothing here generates or frames by itself. */
 #include "api/completions.h"
 #include "api/ollama.h"
+#include "api/responses.h"
 #include "engine/engine.h"
 #include "engine/tokenizer.h"
 #include "server/app.h"
@@ -294,4 +295,45 @@ int srv_h_ollama_chat(srv_request *req, struct srv_response *resp)
 int srv_h_ollama_generate(srv_request *req, struct srv_response *resp)
 {
     return ollama_generate(req, resp, true);
+}
+
+/* ---- POST /v1/responses ------------------------------------------------------------------ */
+
+int srv_h_responses(srv_request *req, struct srv_response *resp)
+{
+    struct srv_app *app = srv_request_app(req);
+    if (srv_app_refuse_unready(app, resp))
+        return 0;
+    json_t *root = srv_request_json(req, resp);
+    if (!root)
+        return 0;
+    struct api_bad_request bad;
+    struct api_chat_limits lim = srv_app_chat_limits(app, false);
+    json_t *chat = NULL, *echo = NULL;
+    struct api_chat_req *creq = NULL;
+    int rc = api_responses_translate(root, &chat, &echo, &bad);
+    json_decref(root);
+    if (rc == 0)
+        rc = api_chat_req_parse(chat, &lim, &creq, &bad);
+    json_decref(chat);   /* creq holds its own reference */
+    if (rc == 0 && api_chat_req_check_model(creq->model, app->model->id, NULL, 0, &bad) != 0)
+        rc = -1;
+    struct api_chat_format *fmt = rc == 0 ? api_responses_format_new(echo) : NULL;
+    json_decref(echo);   /* the format holds its own reference */
+    if (rc != 0) {
+        api_chat_req_free(creq);
+        srv_response_bad(resp, &bad);
+        return 0;
+    }
+    if (!fmt) {
+        api_chat_req_free(creq);
+        srv_response_error(resp, API_ERR_INTERNAL, NULL, "out of memory");
+        return 0;
+    }
+    struct srv_chat_surface surf = {
+        .format = fmt,
+        .ping = API_SSE_PING,
+        .free_ctx = api_responses_format_free,
+    };
+    return srv_chat_begin(req, resp, creq, &surf);
 }

@@ -1,6 +1,7 @@
 /* libFuzzer target: arbitrary bytes as a POST /v1/chat/completions body through
  * api_chat_req_parse() (and as the body of the other surfaces' translators:
- * /v1/completions, the Ollama API's /api/chat and /api/generate translators), then what the handler does with the result: the template
+ * /v1/completions, the Ollama API's /api/chat and /api/generate translators,
+ * /v1/responses), then what the handler does with the result: the template
  * params it built, the budget, and the response builders fed with the request's
  * own strings and with the raw input bytes (invalid UTF-8 included). Any crash,
  * leak or sanitizer report is a bug. A refusal must be a one-line message whose
@@ -10,6 +11,7 @@
 #include "api/chat-resp.h"
 #include "api/completions.h"
 #include "api/ollama.h"
+#include "api/responses.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -297,6 +299,50 @@ static void fuzz_ollama(const uint8_t *data, size_t size, const struct api_chat_
     api_ollama_format_free(f->ctx);
 }
 
+/* The same bytes as a /v1/responses body: translated, parsed as chat, framed. */
+static void fuzz_responses(const uint8_t *data, size_t size, const struct api_chat_limits *lim)
+{
+    json_t *body = json_loadb((const char *)data, size, JSON_ALLOW_NUL, NULL);
+    if (!body)
+        return;
+    json_t *chat = NULL, *echo = NULL;
+    struct api_bad_request bad;
+    struct api_chat_req *r = NULL;
+    if (api_responses_translate(body, &chat, &echo, &bad) != 0) {
+        if (chat || echo)
+            abort();
+        check_refusal(&bad);
+    } else if (api_chat_req_parse(chat, lim, &r, &bad) == 0) {
+        check_request(r);
+    } else {
+        check_refusal(&bad);
+    }
+    json_decref(body);
+    json_decref(chat);
+    if (echo && size % 5 == 0) {
+        struct api_chat_format *f = api_responses_format_new(echo);
+        struct api_chat_ident ci;
+        api_chat_ident_init(&ci, "m", NULL, NULL, false);
+        struct api_tool_call_delta td = {0, NULL, "f", "{}"};
+        struct api_chat_delta d1 = {.reasoning = "r"}, d2 = {.content = "c"},
+                              d3 = {.tool_calls = &td, .n_tool_calls = 1};
+        struct api_usage u = {1, 2, 0, 0};
+        free(f->start(f->ctx, &ci));
+        free(f->delta(f->ctx, &ci, &d1));
+        free(f->delta(f->ctx, &ci, &d2));
+        free(f->delta(f->ctx, &ci, &d3));
+        char *s = f->end(f->ctx, &ci, (enum api_finish_reason)(size % 3), &u, NULL);
+        if (!s)
+            abort();
+        free(s);
+        struct api_chat_result res = {.content = "c", .reasoning = "r", .usage = u};
+        must_parse(f->body(f->ctx, &ci, &res));
+        api_responses_format_free(f->ctx);
+    }
+    json_decref(echo);
+    api_chat_req_free(r);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char *raw = malloc(size + 1);
@@ -334,6 +380,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     build_responses(r, raw, n, size ? data[size - 1] + (unsigned)size : 0);
     fuzz_completions(data, size, &lim);
     fuzz_ollama(data, size, &lim);
+    fuzz_responses(data, size, &lim);
     api_chat_req_free(r);
     json_decref(body);
     free(raw);

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The API surfaces beside chat completions, through their official clients against
 the real daemon on the tiny pack: POST /v1/completions with the OpenAI Node SDK
-(tests/oracle/sdk-completions.mjs) and the Ollama API with the `ollama` npm client
+(tests/oracle/sdk-completions.mjs), POST /v1/responses with the same SDK
+(tests/oracle/sdk-responses.mjs), and the Ollama API with the `ollama` npm client
 (tests/oracle/ollama-client.mjs), one scenario per test function; and Open WebUI's
 own Ollama request shapes, sent as it sends them.
 
@@ -73,6 +74,33 @@ def sdk_completions_errors():
     """suffix, several prompts, echo with logprobs, n 2, logprobs 6, max_tokens 0: 400
     naming the param (BadRequestError); an unknown model: NotFoundError."""
     node("sdk-completions.mjs", "errors", "/v1")
+
+
+@test
+def sdk_responses_nonstream():
+    """responses.create: the Response object, its items and usage, instructions,
+    reasoning.effort none / high, a list of messages with input_text parts."""
+    node("sdk-responses.mjs", "nonstream", "/v1")
+
+
+@test
+def sdk_responses_stream():
+    """The documented event order with sequence numbers, and the SDK's
+    responses.stream() helper's finalResponse."""
+    node("sdk-responses.mjs", "stream", "/v1")
+
+
+@test
+def sdk_responses_tools():
+    """Function tools, a function_call / function_call_output round trip, streamed."""
+    node("sdk-responses.mjs", "tools", "/v1")
+
+
+@test
+def sdk_responses_errors():
+    """previous_response_id (stateless: 400 saying so), other tool types, images,
+    unknown text formats: BadRequestError naming the param."""
+    node("sdk-responses.mjs", "errors", "/v1")
 
 
 @test
