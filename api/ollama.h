@@ -1,5 +1,5 @@
-/* api/ollama — the Ollama API on minicpmd's port (anchor: Ollama's docs/api.md and
- * the `ollama` npm client's types, ollama-js src/interfaces.ts).
+/* api/ollama — the Ollama API on minicpmd's port (anchor: Ollama's API reference, ollama/ollama's
+ * api docs, and the `ollama` npm client's types, ollama-js src/interfaces.ts).
  *
  * POST /api/chat and /api/generate are translated into OpenAI request bodies
  * (chat, or for `raw` generate a text completion) that api/chat-req and
