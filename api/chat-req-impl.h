@@ -69,6 +69,14 @@ int api__get_int(const json_t *obj, const char *key, long long lo, long long hi,
 
 /* ---- for the other surfaces (api/completions.c, api/ollama.c, api/responses.c) -- */
 
+/* Building the translated bodies: `bad` = 500 out of memory and -ENOMEM when a
+ * value could not be made or stored (v NULL included); 0 otherwise. set and append
+ * steal v; copy stores a deep copy of v, and nothing when v is NULL. */
+int api__oom(struct api_bad_request *bad);
+int api__set(json_t *o, const char *key, json_t *v, struct api_bad_request *bad);
+int api__copy(json_t *o, const char *key, const json_t *v, struct api_bad_request *bad);
+int api__append(json_t *a, json_t *v, struct api_bad_request *bad);
+
 /* A request on `body` (referenced) with the pack's sampling defaults and the
  * daemon's thinking default; NULL (bad = out of memory) when out of memory. Free it
  * with api_chat_req_free(). */

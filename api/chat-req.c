@@ -558,6 +558,23 @@ int api__check_generation(const json_t *body, const struct api_chat_limits *lim,
     return 0;
 }
 
+int api__oom(struct api_bad_request *bad) { return oom(bad); }
+
+int api__set(json_t *o, const char *key, json_t *v, struct api_bad_request *bad)
+{
+    return v && json_object_set_new(o, key, v) == 0 ? 0 : oom(bad);
+}
+
+int api__copy(json_t *o, const char *key, const json_t *v, struct api_bad_request *bad)
+{
+    return v ? api__set(o, key, json_deep_copy(v), bad) : 0;
+}
+
+int api__append(json_t *a, json_t *v, struct api_bad_request *bad)
+{
+    return v && json_array_append_new(a, v) == 0 ? 0 : oom(bad);
+}
+
 int api__get_int(const json_t *obj, const char *key, long long lo, long long hi, long long *out,
                  bool *present, struct api_bad_request *bad)
 {
@@ -570,18 +587,9 @@ int api_chat_req_parse(const json_t *body, const struct api_chat_limits *lim,
     *out = NULL;
     if (!json_is_object(body))
         return api__refuse(bad, NULL, "The request body must be a JSON object.");
-    struct api_chat_req *r = calloc(1, sizeof *r);
+    struct api_chat_req *r = api__req_new(body, lim, bad);
     if (!r)
-        return oom(bad);
-    r->body_ = json_incref((json_t *)body);
-    if (lim && lim->defaults) {
-        r->sampling = *lim->defaults;
-    } else {
-        r->sampling = (struct eng_sampling){.temperature = 1.0f, .top_p = 1.0f,
-                                            .repetition_penalty = 1.0f};
-    }
-    r->sampling.bias = NULL;
-    r->sampling.n_bias = 0;
+        return -ENOMEM;
     int32_t n_vocab = lim && lim->n_vocab > 0 ? lim->n_vocab : INT32_MAX;
 
     const json_t *model = api__opt(body, "model");

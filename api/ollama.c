@@ -15,19 +15,6 @@
 
 /* ---- requests -------------------------------------------------------------------- */
 
-static int put(json_t *o, const char *key, json_t *v, struct api_bad_request *bad)
-{
-    if (v && json_object_set_new(o, key, v) == 0)
-        return 0;
-    api_refuse(bad, API_ERR_INTERNAL, NULL, "out of memory while reading the request");
-    return -ENOMEM;
-}
-
-static int copy(json_t *o, const char *key, const json_t *v, struct api_bad_request *bad)
-{
-    return v ? put(o, key, json_deep_copy(v), bad) : 0;
-}
-
 /* options: the sampler's names as OpenAI's; runtime settings (num_ctx, num_gpu,
  * num_thread, mirostat, …) are accepted and ignored, as Ollama ignores the ones its
  * runner does not use. */
@@ -40,15 +27,15 @@ static int map_options(const json_t *opts, json_t *o, struct api_bad_request *ba
     static const char *const same[] = {"temperature", "top_p", "top_k", "min_p", "seed",
                                        "presence_penalty", "frequency_penalty", "stop"};
     for (size_t i = 0; i < sizeof same / sizeof *same; i++)
-        if (copy(o, same[i], api__opt(opts, same[i]), bad))
+        if (api__copy(o, same[i], api__opt(opts, same[i]), bad))
             return -ENOMEM;
-    if (copy(o, "repetition_penalty", api__opt(opts, "repeat_penalty"), bad))
+    if (api__copy(o, "repetition_penalty", api__opt(opts, "repeat_penalty"), bad))
         return -ENOMEM;
     const json_t *np = api__opt(opts, "num_predict");
     /* -1: no limit, -2: until the context is full; both are "to the end" here. */
     if (np && json_is_number(np) && json_number_value(np) < 0)
-        return put(o, "max_tokens", json_integer(-1), bad);
-    return copy(o, "max_tokens", np, bad);
+        return api__set(o, "max_tokens", json_integer(-1), bad);
+    return api__copy(o, "max_tokens", np, bad);
 }
 
 /* format: "json" or a JSON schema, into OpenAI's response_format. */
@@ -57,9 +44,9 @@ static int map_format(const json_t *f, json_t *o, struct api_bad_request *bad)
     if (!f || (json_is_string(f) && json_string_length(f) == 0))
         return 0;
     if (api__str_is(f, "json"))
-        return put(o, "response_format", json_pack("{s:s}", "type", "json_object"), bad);
+        return api__set(o, "response_format", json_pack("{s:s}", "type", "json_object"), bad);
     if (json_is_object(f))
-        return put(o, "response_format",
+        return api__set(o, "response_format",
                    json_pack("{s:s, s:{s:s, s:O}}", "type", "json_schema", "json_schema", "name",
                              "ollama", "schema", f),
                    bad);
@@ -72,9 +59,9 @@ static int map_think(const json_t *t, json_t *o, struct api_bad_request *bad)
     if (!t)
         return 0;
     if (json_is_boolean(t))
-        return put(o, "reasoning_effort", json_string(json_is_true(t) ? "high" : "none"), bad);
+        return api__set(o, "reasoning_effort", json_string(json_is_true(t) ? "high" : "none"), bad);
     if (api__str_is(t, "low") || api__str_is(t, "medium") || api__str_is(t, "high"))
-        return copy(o, "reasoning_effort", t, bad);
+        return api__copy(o, "reasoning_effort", t, bad);
     return api__refuse(bad, "think", "invalid think value: expected true, false, \"low\", "
                                      "\"medium\" or \"high\"");
 }
@@ -97,12 +84,12 @@ static int map_message(const json_t *m, size_t i, json_t *msgs, struct api_bad_r
         return api__refuse(bad, p, "this model reads text only: images are not supported");
     json_t *o = json_object();
     if (!o || json_array_append_new(msgs, o) != 0)
-        return put(msgs, "", NULL, bad);
+        return api__oom(bad);
     const json_t *content = api__opt(m, "content");
-    if (copy(o, "role", json_object_get(m, "role"), bad) ||
-        put(o, "content", content ? json_deep_copy(content) : json_string(""), bad) ||
-        copy(o, "reasoning_content", api__opt(m, "thinking"), bad) ||
-        copy(o, "name", api__opt(m, "tool_name"), bad))
+    if (api__copy(o, "role", json_object_get(m, "role"), bad) ||
+        api__set(o, "content", content ? json_deep_copy(content) : json_string(""), bad) ||
+        api__copy(o, "reasoning_content", api__opt(m, "thinking"), bad) ||
+        api__copy(o, "name", api__opt(m, "tool_name"), bad))
         return -EINVAL;
     const json_t *calls = api__opt(m, "tool_calls");
     if (!calls)
@@ -111,7 +98,7 @@ static int map_message(const json_t *m, size_t i, json_t *msgs, struct api_bad_r
     if (!json_is_array(calls))
         return api__wrong_type(bad, p, "an array", calls);
     json_t *oc = json_array();
-    if (put(o, "tool_calls", oc, bad))
+    if (api__set(o, "tool_calls", oc, bad))
         return -ENOMEM;
     size_t j;
     const json_t *c;
@@ -124,7 +111,7 @@ static int map_message(const json_t *m, size_t i, json_t *msgs, struct api_bad_r
                                  json_is_string(cid) ? json_string_value(cid) : id, "type",
                                  "function", "function", json_object_get(c, "function"));
         if (!call || json_array_append_new(oc, call) != 0)
-            return put(o, "", NULL, bad);
+            return api__oom(bad);
     }
     return 0;
 }
@@ -134,8 +121,8 @@ static int common(const json_t *body, json_t *o, struct api_bad_request *bad)
     const json_t *stream = api__opt(body, "stream");
     if (stream && !json_is_boolean(stream))
         return api__wrong_type(bad, "stream", "a boolean", stream);
-    if (copy(o, "model", json_object_get(body, "model"), bad) ||
-        put(o, "stream", json_boolean(!stream || json_is_true(stream)), bad) ||
+    if (api__copy(o, "model", json_object_get(body, "model"), bad) ||
+        api__set(o, "stream", json_boolean(!stream || json_is_true(stream)), bad) ||
         map_options(api__opt(body, "options"), o, bad) ||
         map_format(api__opt(body, "format"), o, bad) || map_think(api__opt(body, "think"), o, bad))
         return -EINVAL;
@@ -150,7 +137,7 @@ static int translate_chat(const json_t *body, json_t *o, struct api_bad_request 
     if (!json_is_array(msgs))
         return api__wrong_type(bad, "messages", "an array", msgs);
     json_t *om = json_array();
-    if (put(o, "messages", om, bad) || copy(o, "tools", api__opt(body, "tools"), bad))
+    if (api__set(o, "messages", om, bad) || api__copy(o, "tools", api__opt(body, "tools"), bad))
         return -EINVAL;
     size_t i;
     const json_t *m;
@@ -186,20 +173,20 @@ static int translate_generate(const json_t *body, json_t *o, enum api_ollama_kin
     }
     if (raw) {
         *kind = API_OLLAMA_GENERATE_RAW;
-        if (!json_object_get(o, "max_tokens") && put(o, "max_tokens", json_integer(-1), bad))
+        if (!json_object_get(o, "max_tokens") && api__set(o, "max_tokens", json_integer(-1), bad))
             return -ENOMEM;
-        return copy(o, "prompt", json_object_get(body, "prompt"), bad);
+        return api__copy(o, "prompt", json_object_get(body, "prompt"), bad);
     }
     *kind = API_OLLAMA_GENERATE;
     json_t *msgs = json_array();
-    if (put(o, "messages", msgs, bad))
+    if (api__set(o, "messages", msgs, bad))
         return -ENOMEM;
     if (system && json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "system", "content",
                                                         json_object_get(body, "system"))) != 0)
-        return put(o, "", NULL, bad);
+        return api__oom(bad);
     if (json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "user", "content",
                                               json_object_get(body, "prompt"))) != 0)
-        return put(o, "", NULL, bad);
+        return api__oom(bad);
     return 0;
 }
 
@@ -217,7 +204,7 @@ int api_ollama_translate(const json_t *body, bool generate, enum api_ollama_kind
         return api__wrong_type(bad, "model", "a string", model);
     json_t *o = json_object();
     if (!o)
-        return put(NULL, "", NULL, bad);
+        return api__oom(bad);
     int rc = common(body, o, bad);
     if (rc == 0)
         rc = generate ? translate_generate(body, o, kind, bad) : translate_chat(body, o, bad);

@@ -13,27 +13,6 @@
 
 /* ---- the request ----------------------------------------------------------------------- */
 
-static int oom(struct api_bad_request *bad)
-{
-    api_refuse(bad, API_ERR_INTERNAL, NULL, "out of memory while reading the request");
-    return -ENOMEM;
-}
-
-static int set(json_t *o, const char *key, json_t *v, struct api_bad_request *bad)
-{
-    return v && json_object_set_new(o, key, v) == 0 ? 0 : oom(bad);
-}
-
-static int copy(json_t *o, const char *key, const json_t *v, struct api_bad_request *bad)
-{
-    return v ? set(o, key, json_deep_copy(v), bad) : 0;
-}
-
-static int append(json_t *a, json_t *v, struct api_bad_request *bad)
-{
-    return v && json_array_append_new(a, v) == 0 ? 0 : oom(bad);
-}
-
 /* A message's content: a string, or input_text / output_text parts as chat's text
  * parts. */
 static json_t *content_of(const json_t *c, const char *at, struct api_bad_request *bad)
@@ -64,7 +43,7 @@ static json_t *content_of(const json_t *c, const char *at, struct api_bad_reques
             return NULL;
         }
         if (!json_is_string(json_object_get(p, "text")) ||
-            append(parts, json_pack("{s:s, s:O}", "type", "text", "text", json_object_get(p, "text")),
+            api__append(parts, json_pack("{s:s, s:O}", "type", "text", "text", json_object_get(p, "text")),
                    bad)) {
             json_decref(parts);
             api__path(q, sizeof q, "%s[%zu].text", at, i);
@@ -90,7 +69,7 @@ static int map_item(const json_t *it, size_t i, json_t *msgs, struct api_bad_req
         json_t *content = content_of(json_object_get(it, "content"), p, bad);
         if (!content)
             return -EINVAL;
-        return append(msgs, json_pack("{s:O?, s:o}", "role", json_object_get(it, "role"),
+        return api__append(msgs, json_pack("{s:O?, s:o}", "role", json_object_get(it, "role"),
                                       "content", content),
                       bad);
     }
@@ -99,12 +78,12 @@ static int map_item(const json_t *it, size_t i, json_t *msgs, struct api_bad_req
         json_t *calls = json_object_get(last, "tool_calls");
         if (!api__str_is(json_object_get(last, "role"), "assistant") || !calls) {
             calls = json_array();
-            if (append(msgs, json_pack("{s:s, s:n, s:o}", "role", "assistant", "content",
+            if (api__append(msgs, json_pack("{s:s, s:n, s:o}", "role", "assistant", "content",
                                        "tool_calls", calls),
                        bad))
                 return -ENOMEM;
         }
-        return append(calls,
+        return api__append(calls,
                       json_pack("{s:O?, s:s, s:{s:O?, s:O?}}", "id", json_object_get(it, "call_id"),
                                 "type", "function", "function", "name",
                                 json_object_get(it, "name"), "arguments",
@@ -117,7 +96,7 @@ static int map_item(const json_t *it, size_t i, json_t *msgs, struct api_bad_req
         json_t *content = content_of(json_object_get(it, "output"), p, bad);
         if (!content)
             return -EINVAL;
-        return append(msgs, json_pack("{s:s, s:O?, s:o}", "role", "tool", "tool_call_id",
+        return api__append(msgs, json_pack("{s:s, s:O?, s:o}", "role", "tool", "tool_call_id",
                                       json_object_get(it, "call_id"), "content", content),
                       bad);
     }
@@ -135,13 +114,13 @@ static int map_input(const json_t *body, json_t *msgs, struct api_bad_request *b
     const json_t *ins = api__opt(body, "instructions");
     if (ins && !json_is_string(ins))
         return api__wrong_type(bad, "instructions", "a string", ins);
-    if (ins && append(msgs, json_pack("{s:s, s:O}", "role", "system", "content", ins), bad))
+    if (ins && api__append(msgs, json_pack("{s:s, s:O}", "role", "system", "content", ins), bad))
         return -ENOMEM;
     const json_t *in = api__opt(body, "input");
     if (!in)
         return api__refuse(bad, "input", "Missing required parameter: 'input'.");
     if (json_is_string(in))
-        return append(msgs, json_pack("{s:s, s:O}", "role", "user", "content", in), bad);
+        return api__append(msgs, json_pack("{s:s, s:O}", "role", "user", "content", in), bad);
     if (!json_is_array(in))
         return api__wrong_type(bad, "input", "a string or an array of input items", in);
     size_t i;
@@ -160,7 +139,7 @@ static int map_tools(const json_t *body, json_t *chat, struct api_bad_request *b
         return api__wrong_type(bad, "tools", "an array", tools);
     if (tools && json_array_size(tools)) {
         json_t *out = json_array();
-        if (set(chat, "tools", out, bad))
+        if (api__set(chat, "tools", out, bad))
             return -ENOMEM;
         size_t i;
         const json_t *t;
@@ -172,21 +151,21 @@ static int map_tools(const json_t *body, json_t *chat, struct api_bad_request *b
                                            "only.",
                                    p);
             json_t *fn = json_object();
-            if (append(out, json_pack("{s:s, s:o}", "type", "function", "function", fn), bad) ||
-                copy(fn, "name", json_object_get(t, "name"), bad) ||
-                copy(fn, "description", api__opt(t, "description"), bad) ||
-                copy(fn, "parameters", api__opt(t, "parameters"), bad) ||
-                copy(fn, "strict", api__opt(t, "strict"), bad))
+            if (api__append(out, json_pack("{s:s, s:o}", "type", "function", "function", fn), bad) ||
+                api__copy(fn, "name", json_object_get(t, "name"), bad) ||
+                api__copy(fn, "description", api__opt(t, "description"), bad) ||
+                api__copy(fn, "parameters", api__opt(t, "parameters"), bad) ||
+                api__copy(fn, "strict", api__opt(t, "strict"), bad))
                 return -ENOMEM;
         }
     }
     const json_t *tc = api__opt(body, "tool_choice");
     if (tc && json_is_object(tc) && api__str_is(json_object_get(tc, "type"), "function"))
-        return set(chat, "tool_choice",
+        return api__set(chat, "tool_choice",
                    json_pack("{s:s, s:{s:O}}", "type", "function", "function", "name",
                              json_object_get(tc, "name")),
                    bad);
-    return copy(chat, "tool_choice", tc, bad);
+    return api__copy(chat, "tool_choice", tc, bad);
 }
 
 static int map_format(const json_t *body, json_t *chat, struct api_bad_request *bad)
@@ -196,15 +175,15 @@ static int map_format(const json_t *body, json_t *chat, struct api_bad_request *
     if (!f || api__str_is(json_object_get(f, "type"), "text"))
         return 0;
     if (api__str_is(json_object_get(f, "type"), "json_object"))
-        return set(chat, "response_format", json_pack("{s:s}", "type", "json_object"), bad);
+        return api__set(chat, "response_format", json_pack("{s:s}", "type", "json_object"), bad);
     if (api__str_is(json_object_get(f, "type"), "json_schema")) {
         json_t *js = json_object();
-        if (set(chat, "response_format", json_pack("{s:s, s:o}", "type", "json_schema",
+        if (api__set(chat, "response_format", json_pack("{s:s, s:o}", "type", "json_schema",
                                                    "json_schema", js),
                 bad) ||
-            copy(js, "name", json_object_get(f, "name"), bad) ||
-            copy(js, "schema", json_object_get(f, "schema"), bad) ||
-            copy(js, "strict", api__opt(f, "strict"), bad))
+            api__copy(js, "name", json_object_get(f, "name"), bad) ||
+            api__copy(js, "schema", json_object_get(f, "schema"), bad) ||
+            api__copy(js, "strict", api__opt(f, "strict"), bad))
             return -ENOMEM;
         return 0;
     }
@@ -238,18 +217,18 @@ int api_responses_translate(const json_t *body, json_t **chat, json_t **echo,
     if (refuse_stateful(body, bad))
         return -EINVAL;
     json_t *c = json_object(), *e = json_object(), *msgs = json_array();
-    int rc = !c || !e || set(c, "messages", msgs, bad) ? -ENOMEM : 0;
+    int rc = !c || !e || api__set(c, "messages", msgs, bad) ? -ENOMEM : 0;
     const json_t *reasoning = api__opt(body, "reasoning");
     if (rc == 0)
         rc = map_input(body, msgs, bad);
     if (rc == 0)
-        rc = copy(c, "model", json_object_get(body, "model"), bad) ||
-             copy(c, "stream", api__opt(body, "stream"), bad) ||
-             copy(c, "max_completion_tokens", api__opt(body, "max_output_tokens"), bad) ||
-             copy(c, "temperature", api__opt(body, "temperature"), bad) ||
-             copy(c, "top_p", api__opt(body, "top_p"), bad) ||
-             copy(c, "user", api__opt(body, "user"), bad) ||
-             copy(c, "reasoning_effort", json_object_get(reasoning, "effort"), bad) ||
+        rc = api__copy(c, "model", json_object_get(body, "model"), bad) ||
+             api__copy(c, "stream", api__opt(body, "stream"), bad) ||
+             api__copy(c, "max_completion_tokens", api__opt(body, "max_output_tokens"), bad) ||
+             api__copy(c, "temperature", api__opt(body, "temperature"), bad) ||
+             api__copy(c, "top_p", api__opt(body, "top_p"), bad) ||
+             api__copy(c, "user", api__opt(body, "user"), bad) ||
+             api__copy(c, "reasoning_effort", json_object_get(reasoning, "effort"), bad) ||
              map_tools(body, c, bad) || map_format(body, c, bad);
     if (rc != 0) {
         json_decref(c);

@@ -34,6 +34,11 @@ bool srv_app_refuse_unready(const struct srv_app *app, struct srv_response *resp
 /* The request body as a JSON object, or NULL with `resp` answered (400). */
 json_t *srv_request_json(srv_request *req, struct srv_response *resp);
 
+/* A generation route's start: 503 while no model is ready, else the body as a JSON
+ * object and the limits a request is checked against; NULL with `resp` answered. */
+json_t *srv_request_generation(srv_request *req, struct srv_response *resp,
+                               struct api_chat_limits *lim);
+
 /* `resp` answers what api/'s parser refused (status from api's table). */
 void srv_response_bad(struct srv_response *resp, const struct api_bad_request *bad);
 

@@ -357,13 +357,11 @@ static void on_prompt_done(uv_work_t *w, int status)
 int srv_h_chat_completions(srv_request *req, struct srv_response *resp)
 {
     struct srv_app *app = srv_request_app(req);
-    if (srv_app_refuse_unready(app, resp))
-        return 0;
-    json_t *root = srv_request_json(req, resp);
+    struct api_chat_limits lim;
+    json_t *root = srv_request_generation(req, resp, &lim);
     if (!root)
         return 0;
     struct api_bad_request bad;
-    struct api_chat_limits lim = srv_app_chat_limits(app, false);
     struct api_chat_req *creq = NULL;
     int rc = api_chat_req_parse(root, &lim, &creq, &bad);
     json_decref(root);

@@ -75,6 +75,18 @@ json_t *srv_request_json(srv_request *req, struct srv_response *resp)
     return root;
 }
 
+json_t *srv_request_generation(srv_request *req, struct srv_response *resp,
+                               struct api_chat_limits *lim)
+{
+    struct srv_app *app = srv_request_app(req);
+    if (srv_app_refuse_unready(app, resp))
+        return NULL;
+    json_t *root = srv_request_json(req, resp);
+    if (root)
+        *lim = srv_app_chat_limits(app, false);
+    return root;
+}
+
 void srv_response_bad(struct srv_response *resp, const struct api_bad_request *bad)
 {
     srv_response_error(resp, bad->error, bad->param[0] ? bad->param : NULL, "%s", bad->message);

@@ -20,13 +20,11 @@
 int srv_h_completions(srv_request *req, struct srv_response *resp)
 {
     struct srv_app *app = srv_request_app(req);
-    if (srv_app_refuse_unready(app, resp))
-        return 0;
-    json_t *root = srv_request_json(req, resp);
+    struct api_chat_limits lim;
+    json_t *root = srv_request_generation(req, resp, &lim);
     if (!root)
         return 0;
     struct api_bad_request bad;
-    struct api_chat_limits lim = srv_app_chat_limits(app, false);
     struct api_completion *comp = NULL;
     int rc = api_completion_parse(root, &lim, &comp, &bad);
     json_decref(root);   /* the request holds its own reference: comp->text lives on */
@@ -302,13 +300,11 @@ int srv_h_ollama_generate(srv_request *req, struct srv_response *resp)
 int srv_h_responses(srv_request *req, struct srv_response *resp)
 {
     struct srv_app *app = srv_request_app(req);
-    if (srv_app_refuse_unready(app, resp))
-        return 0;
-    json_t *root = srv_request_json(req, resp);
+    struct api_chat_limits lim;
+    json_t *root = srv_request_generation(req, resp, &lim);
     if (!root)
         return 0;
     struct api_bad_request bad;
-    struct api_chat_limits lim = srv_app_chat_limits(app, false);
     json_t *chat = NULL, *echo = NULL;
     struct api_chat_req *creq = NULL;
     int rc = api_responses_translate(root, &chat, &echo, &bad);
