@@ -50,8 +50,44 @@ int api__get_bool(const json_t *obj, const char *key, const char *param, bool *o
 int api__get_string(const json_t *obj, const char *key, const char *param, const char **out,
                     struct api_bad_request *bad);
 
+/* A token budget (max_tokens and its kin): >= 1, or -1 meaning until the context
+ * ends, given back as 0; 0 is refused. *present says whether it was given. */
+int api__get_max_tokens(const json_t *obj, const char *key, long long *out, bool *present,
+                        struct api_bad_request *bad);
+
+/* reasoning_effort's value `v` (NULL or null: absent) into *out: "none"/"minimal"
+ * OFF, "low"/"medium"/"high" ON; anything else refused as `param`. */
+int api__reasoning_effort(const json_t *v, const char *param, enum eng_thinking *out,
+                          struct api_bad_request *bad);
+
 /* Whether v is a string of exactly the bytes of s (no NUL inside). */
 bool api__str_is(const json_t *v, const char *s);
+
+/* get_integer for the other surfaces: an integer in [lo, hi] (5.0 counts as 5). */
+int api__get_int(const json_t *obj, const char *key, long long lo, long long hi, long long *out,
+                 bool *present, struct api_bad_request *bad);
+
+/* ---- for the other surfaces (api/completions.c, api/ollama.c, api/responses.c) -- */
+
+/* Building the translated bodies: `bad` = 500 out of memory and -ENOMEM when a
+ * value could not be made or stored (v NULL included); 0 otherwise. set and append
+ * steal v; copy stores a deep copy of v, and nothing when v is NULL. */
+int api__oom(struct api_bad_request *bad);
+int api__set(json_t *o, const char *key, json_t *v, struct api_bad_request *bad);
+int api__copy(json_t *o, const char *key, const json_t *v, struct api_bad_request *bad);
+int api__append(json_t *a, json_t *v, struct api_bad_request *bad);
+
+/* A request on `body` (referenced) with the pack's sampling defaults and the
+ * daemon's thinking default; NULL (bad = out of memory) when out of memory. Free it
+ * with api_chat_req_free(). */
+struct api_chat_req *api__req_new(const json_t *body, const struct api_chat_limits *lim,
+                                  struct api_bad_request *bad);
+
+/* The fields every OpenAI-shaped surface shares with chat, checked as chat checks
+ * them: stream and stream_options, the sampling knobs and seed, stop, logit_bias,
+ * user. */
+int api__check_generation(const json_t *body, const struct api_chat_limits *lim,
+                          struct api_chat_req *r, struct api_bad_request *bad);
 
 /* ---- the checks, in api_chat_req_parse()'s order ----------------------------- */
 

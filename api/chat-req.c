@@ -211,6 +211,24 @@ static int get_integer(const json_t *obj, const char *key, long long lo, long lo
     return 0;
 }
 
+/* A token budget: an integer >= 1, or -1 for "until the context ends" (Open WebUI's
+ * "no limit", llama.cpp's n_predict -1), stored as 0. 0 itself is refused, as OpenAI
+ * does (minimum 1): a chat answer of no tokens has no use, and reading 0 as "no
+ * limit" would turn a client's mistake into the longest possible generation. */
+int api__get_max_tokens(const json_t *obj, const char *key, long long *out, bool *present,
+                        struct api_bad_request *bad)
+{
+    long long x = 0;
+    if (get_integer(obj, key, -1, LLONG_MAX, &x, present, bad))
+        return -EINVAL;
+    if (*present && x == 0)
+        return api__refuse(bad, key, "Invalid '%s': integer below minimum value. Expected a value "
+                                     ">= 1 (or -1: until the context ends), but got 0 instead.",
+                           key);
+    *out = x < 0 ? 0 : x;
+    return 0;
+}
+
 bool api__str_is(const json_t *v, const char *s)
 {
     return json_is_string(v) && strcmp(json_string_value(v), s) == 0 &&
@@ -219,18 +237,35 @@ bool api__str_is(const json_t *v, const char *s)
 
 /* ---- stop and logit_bias ------------------------------------------------------ */
 
+/* One stop string, kept whole and by length: a JSON "\u0000" inside is a NUL byte
+ * of the stop string and is matched as one (engine/gen.h), never a cut. */
+static int add_stop(const json_t *s, const char *p, struct api_chat_req *r, size_t *total,
+                    struct api_bad_request *bad)
+{
+    if (!json_is_string(s))
+        return api__wrong_type(bad, p, "a string", s);
+    size_t len = json_string_length(s);
+    if (len == 0)
+        return api__refuse(bad, p, "Invalid '%s': a stop sequence must not be empty.", p);
+    *total += len;
+    if (*total > UT_MAX_STOP_BYTES)
+        return api__refuse(bad, p, "Invalid '%s': the stop sequences are %zu bytes or more in all; "
+                                   "at most %d are accepted.",
+                           p, *total, UT_MAX_STOP_BYTES);
+    r->stop[r->n_stop++] = (struct api_chat_stop){json_string_value(s), len};
+    return 0;
+}
+
+/* A string or up to UT_MAX_STOP strings (OpenAI allows 4; llama.cpp and Open WebUI
+ * send more), UT_MAX_STOP_BYTES in all. */
 static int check_stop(const json_t *body, struct api_chat_req *r, struct api_bad_request *bad)
 {
     const json_t *stop = api__opt(body, "stop");
+    size_t total = 0;
     if (!stop)
         return 0;
-    if (json_is_string(stop)) {
-        if (json_string_length(stop) == 0)
-            return api__refuse(bad, "stop", "Invalid 'stop': a stop sequence must not be empty.");
-        r->stop[0] = (struct api_chat_stop){json_string_value(stop), json_string_length(stop)};
-        r->n_stop = 1;
-        return 0;
-    }
+    if (json_is_string(stop))
+        return add_stop(stop, "stop", r, &total, bad);
     if (!json_is_array(stop))
         return api__wrong_type(bad, "stop", "a string or an array of strings", stop);
     if (api__check_max_items(stop, "stop", UT_MAX_STOP, bad))
@@ -240,11 +275,8 @@ static int check_stop(const json_t *body, struct api_chat_req *r, struct api_bad
     json_array_foreach(stop, i, s) {
         char p[32];
         api__path(p, sizeof p, "stop[%zu]", i);
-        if (!json_is_string(s))
-            return api__wrong_type(bad, p, "a string", s);
-        if (json_string_length(s) == 0)
-            return api__refuse(bad, p, "Invalid '%s': a stop sequence must not be empty.", p);
-        r->stop[r->n_stop++] = (struct api_chat_stop){json_string_value(s), json_string_length(s)};
+        if (add_stop(s, p, r, &total, bad))
+            return -EINVAL;
     }
     return 0;
 }
@@ -388,8 +420,8 @@ static int check_lengths(const json_t *body, struct api_chat_req *r,
 {
     long long v = 0, w = 0;
     bool mct, mt;
-    if (get_integer(body, "max_completion_tokens", 1, LLONG_MAX, &v, &mct, bad) ||
-        get_integer(body, "max_tokens", 1, LLONG_MAX, &w, &mt, bad))
+    if (api__get_max_tokens(body, "max_completion_tokens", &v, &mct, bad) ||
+        api__get_max_tokens(body, "max_tokens", &w, &mt, bad))
         return -EINVAL;
     /* max_tokens is OpenAI's deprecated name; the newer one wins when both are set. */
     long long m = mct ? v : mt ? w : 0;
@@ -428,8 +460,34 @@ static int check_logprobs(const json_t *body, struct api_chat_req *r,
  * chat_template_kwargs.enable_thinking (true / false; absent or null: the
  * template's default) and the tools the parser will recognise. Read here once;
  * the prompt builder and /apply-template take r->chat as it is. */
-static int check_template_params(const json_t *body, struct api_chat_req *r,
-                                 struct api_bad_request *bad)
+/* reasoning_effort (OpenAI; Open WebUI sends it): "none" and "minimal" turn
+ * MiniCPM5's thinking off, "low", "medium" and "high" on (the model has no
+ * budget in between). *out is left alone when absent. */
+int api__reasoning_effort(const json_t *v, const char *param, enum eng_thinking *out,
+                          struct api_bad_request *bad)
+{
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_string(v))
+        return api__wrong_type(bad, param, "a string", v);
+    static const char *const off[] = {"none", "minimal"}, *const on[] = {"low", "medium", "high"};
+    for (size_t i = 0; i < sizeof off / sizeof *off; i++)
+        if (api__str_is(v, off[i])) {
+            *out = ENG_THINKING_OFF;
+            return 0;
+        }
+    for (size_t i = 0; i < sizeof on / sizeof *on; i++)
+        if (api__str_is(v, on[i])) {
+            *out = ENG_THINKING_ON;
+            return 0;
+        }
+    return api__refuse(bad, param, "Invalid value for '%s': '%s' is not one of 'none', 'minimal', "
+                                   "'low', 'medium', 'high'.",
+                       param, api__quoted(json_string_value(v)).s);
+}
+
+static int check_template_params(const json_t *body, const struct api_chat_limits *lim,
+                                 struct api_chat_req *r, struct api_bad_request *bad)
 {
     bool agp = true;
     if (api__get_bool(body, "add_generation_prompt", "add_generation_prompt", &agp, bad))
@@ -438,10 +496,22 @@ static int check_template_params(const json_t *body, struct api_chat_req *r,
         .messages = json_object_get(body, "messages"),
         .tools = r->parser_tools,
         .add_generation_prompt = agp,
-        .thinking = ENG_THINKING_UNSET,
+        .thinking = lim ? lim->thinking : ENG_THINKING_UNSET,
         .bos_token = "<s>",
         .eos_token = "</s>",
     };
+    /* An assistant message last is continued (prefill), as llama.cpp does, with
+     * transformers' continue_final_message semantics; vLLM's field says so
+     * explicitly (engine/template.h, eng_chat_continues). */
+    r->chat.continue_final = eng_chat_continues(r->chat.messages, agp);
+    if (api__get_bool(body, "continue_final_message", "continue_final_message",
+                      &r->chat.continue_final, bad))
+        return -EINVAL;
+    /* Precedence (README): chat_template_kwargs.enable_thinking, then
+     * reasoning_effort, then the daemon's --thinking. */
+    if (api__reasoning_effort(api__opt(body, "reasoning_effort"), "reasoning_effort",
+                              &r->chat.thinking, bad))
+        return -EINVAL;
     const json_t *kw = api__opt(body, "chat_template_kwargs");
     if (!kw)
         return 0;
@@ -456,15 +526,14 @@ static int check_template_params(const json_t *body, struct api_chat_req *r,
     return 0;
 }
 
-int api_chat_req_parse(const json_t *body, const struct api_chat_limits *lim,
-                       struct api_chat_req **out, struct api_bad_request *bad)
+struct api_chat_req *api__req_new(const json_t *body, const struct api_chat_limits *lim,
+                                  struct api_bad_request *bad)
 {
-    *out = NULL;
-    if (!json_is_object(body))
-        return api__refuse(bad, NULL, "The request body must be a JSON object.");
     struct api_chat_req *r = calloc(1, sizeof *r);
-    if (!r)
-        return oom(bad);
+    if (!r) {
+        oom(bad);
+        return NULL;
+    }
     r->body_ = json_incref((json_t *)body);
     if (lim && lim->defaults) {
         r->sampling = *lim->defaults;
@@ -474,6 +543,53 @@ int api_chat_req_parse(const json_t *body, const struct api_chat_limits *lim,
     }
     r->sampling.bias = NULL;
     r->sampling.n_bias = 0;
+    r->chat.thinking = lim ? lim->thinking : ENG_THINKING_UNSET;
+    return r;
+}
+
+int api__check_generation(const json_t *body, const struct api_chat_limits *lim,
+                          struct api_chat_req *r, struct api_bad_request *bad)
+{
+    int32_t n_vocab = lim && lim->n_vocab > 0 ? lim->n_vocab : INT32_MAX;
+    if (check_stream(body, r, bad) || check_sampling(body, r, bad) || check_stop(body, r, bad) ||
+        check_logit_bias(body, n_vocab, r, bad) ||
+        api__get_string(body, "user", "user", &r->user, bad))
+        return -EINVAL;
+    return 0;
+}
+
+int api__oom(struct api_bad_request *bad) { return oom(bad); }
+
+int api__set(json_t *o, const char *key, json_t *v, struct api_bad_request *bad)
+{
+    return v && json_object_set_new(o, key, v) == 0 ? 0 : oom(bad);
+}
+
+int api__copy(json_t *o, const char *key, const json_t *v, struct api_bad_request *bad)
+{
+    return v ? api__set(o, key, json_deep_copy(v), bad) : 0;
+}
+
+int api__append(json_t *a, json_t *v, struct api_bad_request *bad)
+{
+    return v && json_array_append_new(a, v) == 0 ? 0 : oom(bad);
+}
+
+int api__get_int(const json_t *obj, const char *key, long long lo, long long hi, long long *out,
+                 bool *present, struct api_bad_request *bad)
+{
+    return get_integer(obj, key, lo, hi, out, present, bad);
+}
+
+int api_chat_req_parse(const json_t *body, const struct api_chat_limits *lim,
+                       struct api_chat_req **out, struct api_bad_request *bad)
+{
+    *out = NULL;
+    if (!json_is_object(body))
+        return api__refuse(bad, NULL, "The request body must be a JSON object.");
+    struct api_chat_req *r = api__req_new(body, lim, bad);
+    if (!r)
+        return -ENOMEM;
     int32_t n_vocab = lim && lim->n_vocab > 0 ? lim->n_vocab : INT32_MAX;
 
     const json_t *model = api__opt(body, "model");
@@ -512,7 +628,7 @@ int api_chat_req_parse(const json_t *body, const struct api_chat_limits *lim,
     } else if (r->tool_choice != API_TOOL_CHOICE_NONE) {
         r->parser_tools = tools;
     }
-    if (check_template_params(body, r, bad))
+    if (check_template_params(body, lim, r, bad))
         goto err;
     *out = r;
     return 0;

@@ -34,6 +34,8 @@ struct api_chat_limits {
     const struct eng_sampling *defaults;    /* the pack's (eng_sampling_defaults), or NULL
                                              * for neutral knobs; copied, not kept */
     bool template_only;                     /* /apply-template: `model` may be absent */
+    enum eng_thinking thinking;             /* the daemon's default (--thinking): UNSET is
+                                             * auto, the template's own */
 };
 
 enum api_tool_choice {
@@ -44,8 +46,9 @@ enum api_tool_choice {
 };
 
 struct api_chat_stop {
-    const char *text;           /* borrowed from the body; may hold NUL bytes */
-    size_t len;                 /* >= 1 */
+    const char *text;           /* borrowed from the body; may hold NUL bytes, matched
+                                   as bytes (kept whole, by length) */
+    size_t len;                 /* >= 1; all of a request's <= UT_MAX_STOP_BYTES */
 };
 
 /* A parsed request. Created by api_chat_req_parse(), freed by api_chat_req_free().
@@ -56,9 +59,11 @@ struct api_chat_req {
                                    api_chat_req_check_model() */
     bool stream;
     bool include_usage;         /* stream_options.include_usage */
+    bool raw;                   /* a raw prompt (/v1/completions, Ollama raw): no chat
+                                   template, no output parser, all text is content */
 
-    /* max_completion_tokens, else max_tokens (>= 1), or 0 when neither was given
-     * (generate until a stop or the end of the context). Not clamped: see
+    /* max_completion_tokens, else max_tokens (>= 1), or 0 when neither was given or
+     * it was -1 (generate until a stop or the end of the context). Not clamped: see
      * api_chat_req_budget(). */
     int32_t max_tokens;
 

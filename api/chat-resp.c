@@ -564,3 +564,39 @@ char *api_device_error_body(const struct api_device_error *e)
     json_decref(o);
     return s;
 }
+
+/* ---- pieces for the other surfaces ---------------------------------------------- */
+
+json_t *api_text_json(const char *s, size_t n) { return text_n(s, n); }
+
+json_t *api_usage_json(const struct api_usage *u) { return usage_json(u); }
+
+json_t *api_logprob_json(float lp) { return logprob_value(lp); }
+
+json_t *api_head_json(const struct api_chat_ident *ci, const char *id, const char *object)
+{
+    json_t *o = head(ci, object);
+    if (o && id && json_object_set_new(o, "id", json_string(id)) != 0) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+char *api_json_dump(json_t *o, const char *suffix)
+{
+    if (!o)
+        return NULL;
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!s || !suffix)
+        return s;
+    size_t n = strlen(s), k = strlen(suffix);
+    char *t = realloc(s, n + k + 1);
+    if (!t) {
+        free(s);
+        return NULL;
+    }
+    memcpy(t + n, suffix, k + 1);
+    return t;
+}

@@ -213,4 +213,17 @@ struct api_device_error {
 json_t *api_device_error_json(const struct api_device_error *e);
 char *api_device_error_body(const struct api_device_error *e);
 
+/* ---- pieces the other surfaces (completions, Ollama, Responses) share --------------- */
+
+/* A JSON string of n bytes, invalid UTF-8 as U+FFFD. */
+json_t *api_text_json(const char *s, size_t n);
+/* OpenAI's usage object (prompt/completion/total tokens and their details). */
+json_t *api_usage_json(const struct api_usage *u);
+/* A logprob, -9999.0 when it is not finite. */
+json_t *api_logprob_json(float lp);
+/* {id, object, created, model, system_fingerprint}; `id` NULL: ci->id. */
+json_t *api_head_json(const struct api_chat_ident *ci, const char *id, const char *object);
+/* Compact JSON text of `o` (stolen; NULL in, NULL out), `suffix` appended (NULL: none). */
+char *api_json_dump(json_t *o, const char *suffix);
+
 #endif

@@ -30,6 +30,7 @@ struct api_chat_run {
     const struct api_chat_ident *ident;
     const eng_tokenizer *tok;
     struct api_chat_sink sink;
+    struct api_chat_format fmt;
     bool answered;
 
     eng_outparse *op;
@@ -42,6 +43,8 @@ struct api_chat_run {
     struct lp *lps;              /* non-stream: all; stream: not yet sent */
     size_t n_lps, cap_lps;
 };
+
+static const struct api_chat_format chat_format;   /* below */
 
 /* ---- owned memory ---------------------------------------------------------------- */
 
@@ -67,8 +70,9 @@ api_chat_run *api_chat_run_new(const struct api_chat_req *req, const struct api_
     c->ident = id;
     c->tok = tok;
     c->sink = *sink;
+    c->fmt = sink->format ? *sink->format : chat_format;
     c->in_reasoning = in_think;
-    if (!(c->op = eng_outparse_new(req->parser_tools, in_think))) {
+    if (!req->raw && !(c->op = eng_outparse_new(req->parser_tools, in_think))) {
         free(c);
         return NULL;
     }
@@ -92,6 +96,56 @@ void api_chat_run_free(api_chat_run *c)
     eng_outparse_free(c->op);
     free(c);
 }
+
+/* ---- OpenAI's chat.completion framing (the default format) ----------------------------- */
+
+static char *chat_start(void *ctx, const struct api_chat_ident *id)
+{
+    (void)ctx;
+    return api_sse_event(api_chat_chunk_first(id));
+}
+
+static char *chat_delta(void *ctx, const struct api_chat_ident *id, const struct api_chat_delta *d)
+{
+    (void)ctx;
+    return api_sse_event(api_chat_chunk_delta(id, d));
+}
+
+static char *chat_end(void *ctx, const struct api_chat_ident *id, enum api_finish_reason fr,
+                      const struct api_usage *u, const struct api_timings *t)
+{
+    (void)ctx;
+    ut_buf b = {0};
+    char *s = api_sse_event(api_chat_chunk_final(id, fr, t));
+    ut_buf_adds(&b, s ? s : "");
+    free(s);
+    if (id->include_usage) {
+        s = api_sse_event(api_chat_chunk_usage(id, u, t));
+        ut_buf_adds(&b, s ? s : "");
+        free(s);
+    }
+    ut_buf_adds(&b, API_SSE_DONE);
+    if (b.oom) {
+        ut_buf_free(&b);
+        return NULL;
+    }
+    return b.p;
+}
+
+static char *chat_body(void *ctx, const struct api_chat_ident *id, const struct api_chat_result *r)
+{
+    (void)ctx;
+    return api_chat_completion_body(id, r);
+}
+
+static char *chat_error(void *ctx, const char *error_body)
+{
+    (void)ctx;
+    return api_sse_frame(error_body);
+}
+
+static const struct api_chat_format chat_format = {chat_start, chat_delta, chat_end, chat_body,
+                                                   chat_error, NULL};
 
 /* ---- out ------------------------------------------------------------------------- */
 
@@ -118,8 +172,8 @@ static void answer_error(struct api_chat_run *c, enum api_error e, const char *m
 
 void api_chat_run_start(api_chat_run *c)
 {
-    if (c->req->stream)
-        put(c, api_sse_event(api_chat_chunk_first(c->ident)));
+    if (c->req->stream && c->fmt.start)
+        put(c, c->fmt.start(c->fmt.ctx, c->ident));
 }
 
 /* ---- text -> deltas ------------------------------------------------------------- */
@@ -179,7 +233,7 @@ static void flush_deltas(struct api_chat_run *c)
             cd.tokens = lp;
             cd.n_tokens = c->n_lps;
         }
-        put(c, api_sse_event(api_chat_chunk_delta(c->ident, &cd)));
+        put(c, c->fmt.delta(c->fmt.ctx, c->ident, &cd));
         if (lp) {
             free(lp);
             lps_clear(c);
@@ -225,12 +279,31 @@ static void keep_logprob(struct api_chat_run *c, const struct eng_token_event *t
     c->n_lps++;
 }
 
+/* Text into deltas: through the output parser, or (a raw completion) all content. */
+static void feed(struct api_chat_run *c, const char *text, size_t len)
+{
+    if (!len)
+        return;
+    if (c->op) {
+        eng_outparse_feed(c->op, text, len, &c->deltas);
+        return;
+    }
+    if (ut_grow((void **)&c->deltas.items, &c->deltas.cap, c->deltas.n + 1,
+                sizeof *c->deltas.items, 4) != 0)
+        return;
+    char *t = malloc(len + 1);
+    if (!t)
+        return;
+    memcpy(t, text, len);
+    t[len] = '\0';
+    c->deltas.items[c->deltas.n++] = (struct eng_delta){.kind = ENG_DELTA_CONTENT, .text = t};
+}
+
 void api_chat_run_token(api_chat_run *c, const struct eng_token_event *t, const char *text)
 {
     if (c->req->logprobs && t->has_logprob)
         keep_logprob(c, t);
-    if (t->text_len)
-        eng_outparse_feed(c->op, text, t->text_len, &c->deltas);
+    feed(c, text, t->text_len);
     flush_deltas(c);
     /* A token counts as reasoning when the parser is inside <think> after it
      * (its text may have been held back, so the last delta decides). */
@@ -249,15 +322,12 @@ static void finish_stream(struct api_chat_run *c, enum api_finish_reason fr,
         if (lp) {
             struct api_chat_delta cd = {.content = "", .logprobs = true, .tokens = lp,
                                         .n_tokens = c->n_lps};
-            put(c, api_sse_event(api_chat_chunk_delta(c->ident, &cd)));
+            put(c, c->fmt.delta(c->fmt.ctx, c->ident, &cd));
             free(lp);
             lps_clear(c);
         }
     }
-    put(c, api_sse_event(api_chat_chunk_final(c->ident, fr, at)));
-    if (c->req->include_usage)
-        put(c, api_sse_event(api_chat_chunk_usage(c->ident, u, at)));
-    put(c, strdup(API_SSE_DONE));
+    put(c, c->fmt.end(c->fmt.ctx, c->ident, fr, u, at));
 }
 
 static void finish_message(struct api_chat_run *c, enum api_finish_reason fr,
@@ -279,7 +349,7 @@ static void finish_message(struct api_chat_run *c, enum api_finish_reason fr,
         .usage = *u,
         .timings = at,
     };
-    char *body = api_chat_completion_body(c->ident, &r);
+    char *body = c->fmt.body(c->fmt.ctx, c->ident, &r);
     free(tc);
     free(lp);
     if (!body)
@@ -290,15 +360,15 @@ static void finish_message(struct api_chat_run *c, enum api_finish_reason fr,
 
 void api_chat_run_done(api_chat_run *c, const struct eng_done_event *d, const char *text)
 {
-    if (d->text_len)
-        eng_outparse_feed(c->op, text, d->text_len, &c->deltas);
-    eng_outparse_finish(c->op, &c->deltas);
+    feed(c, text, d->text_len);
+    if (c->op)
+        eng_outparse_finish(c->op, &c->deltas);
     flush_deltas(c);
     if (d->finish == ENG_FINISH_CANCELLED) {
         /* the client left, or the server is stopping */
         if (c->req->stream) {
             char *b = api_error_body(API_ERR_SHUTTING_DOWN, "the request was cancelled", NULL);
-            put(c, b ? api_sse_frame(b) : NULL);
+            put(c, b ? c->fmt.error(c->fmt.ctx, b) : NULL);
             free(b);
         } else {
             answer_error(c, API_ERR_SHUTTING_DOWN, "the request was cancelled");
@@ -306,7 +376,7 @@ void api_chat_run_done(api_chat_run *c, const struct eng_done_event *d, const ch
         return;
     }
     enum api_finish_reason fr = d->finish == ENG_FINISH_LENGTH ? API_FINISH_LENGTH
-                                : eng_outparse_saw_tool_call(c->op) ? API_FINISH_TOOL_CALLS
+                                : c->op && eng_outparse_saw_tool_call(c->op) ? API_FINISH_TOOL_CALLS
                                                                     : API_FINISH_STOP;
     const struct eng_gen_timings *tm = &d->timings;
     struct api_timings at = {d->cached_tokens, d->prompt_tokens - d->cached_tokens,
@@ -340,7 +410,7 @@ void api_chat_run_error(api_chat_run *c, const struct eng_error_event *e)
         body = api_error_body(ae, e->message, NULL);
     }
     if (c->req->stream) {
-        put(c, body ? api_sse_frame(body) : NULL);
+        put(c, body ? c->fmt.error(c->fmt.ctx, body) : NULL);
         free(body);
         return;
     }

@@ -20,6 +20,25 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* How a surface frames a run's output: OpenAI chat (the default), text
+ * completions, Ollama, Responses. Every callback returns a malloc'd string the
+ * run hands to the sink (one or more frames of a stream, or a whole body), or NULL
+ * for nothing (a body: out of memory). `ctx` is the surface's per-request state. */
+struct api_chat_format {
+    /* A stream's first frame(s), when the engine took the request. */
+    char *(*start)(void *ctx, const struct api_chat_ident *id);
+    /* The frame of one delta (content, reasoning, a tool call, logprobs). */
+    char *(*delta)(void *ctx, const struct api_chat_ident *id, const struct api_chat_delta *d);
+    /* The last frames of a stream that ended well (finish, usage, end marker). */
+    char *(*end)(void *ctx, const struct api_chat_ident *id, enum api_finish_reason fr,
+                 const struct api_usage *u, const struct api_timings *t);
+    /* The answer of a non-streamed request. */
+    char *(*body)(void *ctx, const struct api_chat_ident *id, const struct api_chat_result *r);
+    /* A stream's last frame when it fails: `error_body` is api.h's error JSON. */
+    char *(*error)(void *ctx, const char *error_body);
+    void *ctx;
+};
+
 /* Where the output goes. Ownership of every string passes to the sink. */
 struct api_chat_sink {
     /* Streamed requests: one SSE frame to write, in order. */
@@ -29,6 +48,7 @@ struct api_chat_sink {
      * Called at most once. `body` NULL means out of memory. */
     void (*answer)(void *ctx, int status, char *body, const char *retry_after);
     void *ctx;
+    const struct api_chat_format *format;   /* NULL: OpenAI's chat.completion */
 };
 
 typedef struct api_chat_run api_chat_run;

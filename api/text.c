@@ -53,6 +53,16 @@ json_t *api_parse_object(const char *body, size_t len, struct api_bad_request *b
 {
     json_error_t e;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &e);
+    if (!root && json_error_code(&e) == json_error_null_character) {
+        /* "\u0000" in any string is refused here, once for every field: a prompt
+         * cannot carry it, and a stop string holding it (issue 14) is refused
+         * rather than cut at it. */
+        api_refuse(bad, API_ERR_INVALID_JSON, NULL, "request body: a string holds \\u0000 (a NUL "
+                                                "character), which minicpmd does not accept in "
+                                                "any field (line %d, column %d)",
+                   e.line, e.column);
+        return NULL;
+    }
     if (!root) {
         api_refuse(bad, API_ERR_INVALID_JSON, NULL, "request body is not valid JSON: %s (line %d, "
                                                 "column %d)",

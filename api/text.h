@@ -35,7 +35,8 @@ json_t *api_parse_object(const char *body, size_t len, struct api_bad_request *b
 struct api_tokenize_req {
     const char *content;
     size_t content_len;
-    bool add_special;           /* default false */
+    bool add_special;           /* default false; true: the post_processor's special
+                                   tokens too ("<s>" first for MiniCPM5) */
     bool parse_special;         /* default true: "<|im_end|>" in content is that token */
     bool with_pieces;           /* default false */
 };

@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #include "engine/ert.h"
-#include "util/defaults.h"   /* UT_MAX_STOP, UT_MAX_TOP_LOGPROBS */
+#include "util/defaults.h"   /* UT_MAX_STOP(_BYTES), UT_MAX_TOP_LOGPROBS */
 
 /* ---- sampling ------------------------------------------------------------------
  * The knobs of the sampler chain (engine/worker/sample.h says the order). */
@@ -76,7 +76,10 @@ struct eng_gen_params {
     const int32_t *stop_ids;    /* ids that end generation (eng_pack_stop_ids);
                                    never emitted as text; copied */
     int n_stop_ids;             /* 0 .. ENG_GEN_MAX_STOP_IDS */
-    const char *stop[UT_MAX_STOP]; /* stop strings (NUL-terminated); copied */
+    const char *stop[UT_MAX_STOP]; /* stop strings; copied whole */
+    size_t stop_len[UT_MAX_STOP];  /* their lengths in bytes (a stop string may hold NUL
+                                      bytes); 0: strlen(stop[i]). At most
+                                      UT_MAX_STOP_BYTES in all */
     int n_stop;                 /* 0 .. UT_MAX_STOP */
     bool logprobs;              /* report each token's logprob */
     int top_logprobs;           /* 0 .. UT_MAX_TOP_LOGPROBS (with logprobs) */

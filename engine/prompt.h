@@ -15,7 +15,9 @@ struct eng_prompt {
     char *text;          /* the rendered prompt */
     int32_t *ids;        /* its tokens */
     size_t n_ids;
-    enum eng_thinking thinking;  /* for the output parser: ON means output starts in <think> */
+    enum eng_thinking thinking;  /* for the output parser: ON means output starts in <think>
+                                    (continue_final: the continued message's <think> is
+                                    still open) */
 };
 
 /* Render `p` (bos/eos default to MiniCPM5's "<s>" / "</s>" when NULL) and, with a

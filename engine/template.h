@@ -23,6 +23,13 @@ struct eng_chat_params {
     const json_t *messages;     /* array of OpenAI message objects */
     const json_t *tools;        /* array of OpenAI tool objects, or NULL */
     bool add_generation_prompt;
+    /* continue_final_message (transformers, vLLM): render with the final message
+     * (an assistant's) open: as with add_generation_prompt false, then cut right
+     * after that message's content with Python's strip() applied, as transformers'
+     * apply_chat_template does. add_generation_prompt is then ignored. Refused (as
+     * transformers raises) when the last message is not an assistant's or its
+     * stripped content is not in the render. eng_chat_continues() says the default. */
+    bool continue_final;
     enum eng_thinking thinking;
     const char *bos_token;      /* "<s>" for MiniCPM5 */
     const char *eos_token;      /* "</s>" */
@@ -46,10 +53,18 @@ struct eng_chat_params {
 char *eng_chat_render(const struct eng_chat_params *p, char *err, size_t errlen, char *param,
                       size_t paramlen);
 
+/* minicpmd's default for continue_final when the client does not say: an
+ * assistant message last in `messages` is a prefill to continue (llama.cpp does the
+ * same) when add_generation_prompt is true and the message has non-blank content,
+ * no tool_calls and no "</think>" in its content (the template moves what precedes
+ * "</think>" out of the content, so transformers could not find it and refuses). Any
+ * other conversation renders as before: closed, a new turn opened. */
+bool eng_chat_continues(const json_t *messages, bool add_generation_prompt);
+
 /* Fill `p` from an OpenAI chat request object: messages, tools,
  * chat_template_kwargs.enable_thinking (true/false; absent or any other value is
- * UNSET, as the template treats it), and add_generation_prompt (a boolean, default
- * true), for minicpmd-pack template and the tests (the daemon reads these once, in
+ * UNSET, as the template treats it), add_generation_prompt (a boolean, default
+ * true) and continue_final_message (a boolean; default eng_chat_continues()), for minicpmd-pack template and the tests (the daemon reads these once, in
  * api_chat_req_parse). `p` borrows from `request`. Returns 0, or -EINVAL with
  * `err`/`param` as above. */
 int eng_chat_params_from_request(const json_t *request, struct eng_chat_params *p, char *err,

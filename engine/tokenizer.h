@@ -46,6 +46,15 @@ int32_t eng_tokenizer_token_id(const eng_tokenizer *t, const char *token);
 int eng_tokenizer_encode(const eng_tokenizer *t, const char *text, size_t len, bool special,
                          int32_t **ids);
 
+/* eng_tokenizer_encode(), then with `add_special` the special tokens the
+ * tokenizer.json's post_processor (TemplateProcessing, "single") puts around the
+ * text, as Hugging Face's add_special_tokens=True does (MiniCPM5: "<s>" first).
+ * Without such a post_processor, or with add_special false, the same as encode. For
+ * /tokenize's add_special; chat prompts never add them (the template writes
+ * "<s>"). */
+int eng_tokenizer_encode_special(const eng_tokenizer *t, const char *text, size_t len,
+                                 bool special, bool add_special, int32_t **ids);
+
 /* The raw bytes one id stands for (byte-level decoded; may be part of a UTF-8
  * character). Returns the byte count (0 for an unknown id) and sets *bytes to
  * memory owned by the tokenizer. `skip_special`: special added tokens give 0. */
@@ -72,6 +81,10 @@ typedef struct eng_detok eng_detok;
  * back until it is certain. */
 eng_detok *eng_detok_new(const eng_tokenizer *t, bool skip_special, const char *const *stops,
                          size_t n_stops);
+/* The same with each stop string's length in bytes (lens[i]; lens NULL: strlen), so
+ * a stop string may hold NUL bytes; it is matched byte for byte, whole. */
+eng_detok *eng_detok_new_len(const eng_tokenizer *t, bool skip_special, const char *const *stops,
+                             const size_t *lens, size_t n_stops);
 void eng_detok_free(eng_detok *d);
 
 /* With skip_special: still give the text of MiniCPM5's tool-call markup tokens

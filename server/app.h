@@ -34,6 +34,11 @@ bool srv_app_refuse_unready(const struct srv_app *app, struct srv_response *resp
 /* The request body as a JSON object, or NULL with `resp` answered (400). */
 json_t *srv_request_json(srv_request *req, struct srv_response *resp);
 
+/* A generation route's start: 503 while no model is ready, else the body as a JSON
+ * object and the limits a request is checked against; NULL with `resp` answered. */
+json_t *srv_request_generation(srv_request *req, struct srv_response *resp,
+                               struct api_chat_limits *lim);
+
 /* `resp` answers what api/'s parser refused (status from api's table). */
 void srv_response_bad(struct srv_response *resp, const struct api_bad_request *bad);
 
@@ -45,6 +50,17 @@ struct api_chat_limits srv_app_chat_limits(const struct srv_app *app, bool templ
 int srv_h_tokenize(srv_request *req, struct srv_response *resp);
 int srv_h_detokenize(srv_request *req, struct srv_response *resp);
 int srv_h_apply_template(srv_request *req, struct srv_response *resp);
+
+/* server/surfaces.c: the API surfaces other than chat, each translated onto the
+ * one generation path of server/chat.c */
+int srv_h_completions(srv_request *req, struct srv_response *resp);
+int srv_h_responses(srv_request *req, struct srv_response *resp);
+int srv_h_ollama_version(srv_request *req, struct srv_response *resp);
+int srv_h_ollama_tags(srv_request *req, struct srv_response *resp);
+int srv_h_ollama_ps(srv_request *req, struct srv_response *resp);
+int srv_h_ollama_show(srv_request *req, struct srv_response *resp);
+int srv_h_ollama_chat(srv_request *req, struct srv_response *resp);
+int srv_h_ollama_generate(srv_request *req, struct srv_response *resp);
 
 extern const struct srv_route srv_routes[];
 extern const size_t srv_n_routes;

@@ -48,6 +48,8 @@ struct chat {
     bool in_pool, submitted, final_seen, gone;
 
     struct api_chat_ident ident;
+    struct srv_chat_surface surf;   /* zero: OpenAI chat */
+    int32_t *raw_ids;               /* surf.ids copied */
     api_chat_run *run;
     srv_stream *stream;
     uint64_t last_write;
@@ -62,6 +64,9 @@ static void chat_free(struct chat *c)
     if (c->next)
         c->next->prev = c->prev;
     api_chat_run_free(c->run);
+    if (c->surf.free_ctx && c->surf.format)
+        c->surf.free_ctx(c->surf.format->ctx);
+    free(c->raw_ids);
     eng_gen_req_free(c->greq);
     eng_prompt_free(&c->prompt);
     api_chat_req_free(c->creq);
@@ -83,6 +88,13 @@ static void answer(struct chat *c, struct srv_response *resp)
     if (!c->req) {
         free(resp->body);
         return;
+    }
+    if (resp->status >= 400 && resp->body && c->surf.refusal) {
+        char *b = c->surf.refusal(c->surf.format ? c->surf.format->ctx : NULL, resp->body);
+        if (b) {
+            free(resp->body);
+            resp->body = b;
+        }
     }
     srv_request_complete(c->req, resp);
     c->req = NULL;
@@ -229,10 +241,40 @@ lost:
 
 /* ---- prompt on the pool, then submit ---------------------------------------------- */
 
+/* A raw prompt (no template): the ids as given, or the text tokenized with special
+ * tokens on and the tokenizer's add_special ones (vLLM's completions do the same). */
+static int raw_prompt(struct chat *c)
+{
+    struct eng_prompt *p = &c->prompt;
+    if (c->raw_ids) {
+        p->ids = c->raw_ids;
+        p->n_ids = c->surf.n_ids;
+        c->raw_ids = NULL;
+        return 0;
+    }
+    int n = eng_tokenizer_encode_special(eng_engine_tokenizer(c->app->eng), c->surf.text,
+                                         c->surf.text_len, true, true, &p->ids);
+    if (n < 0) {
+        snprintf(c->err, sizeof c->err, "tokenizing the prompt failed: %s", strerror(-n));
+        return n;
+    }
+    p->n_ids = (size_t)n;
+    if (n == 0) {
+        snprintf(c->err, sizeof c->err, "the prompt is empty");
+        snprintf(c->param, sizeof c->param, "prompt");
+        return -EINVAL;
+    }
+    return 0;
+}
+
 static void on_prompt_work(uv_work_t *w)
 {
     struct chat *c = w->data;
     c->param[0] = '\0';
+    if (c->creq->raw) {
+        c->prompt_rc = raw_prompt(c);
+        return;
+    }
     c->prompt_rc = eng_prompt_build(eng_engine_tokenizer(c->app->eng), &c->creq->chat,
                                     &c->prompt, c->err, sizeof c->err, c->param,
                                     sizeof c->param);
@@ -242,7 +284,7 @@ static void submit(struct chat *c)
 {
     struct srv_app *app = c->app;
     const struct api_chat_req *r = c->creq;
-    struct api_chat_sink sink = {sink_frame, sink_answer, c};
+    struct api_chat_sink sink = {sink_frame, sink_answer, c, c->surf.format};
     int32_t n_prompt = (int32_t)c->prompt.n_ids;
     int n_ctx = eng_engine_n_ctx(app->eng);
     int32_t budget = api_chat_req_budget(r, n_prompt, n_ctx);
@@ -261,10 +303,9 @@ static void submit(struct chat *c)
         .user = c,
     };
     p.n_stop_ids = eng_engine_stop_ids(app->eng, &p.stop_ids);
-    char stops[UT_MAX_STOP][256];
-    for (int i = 0; i < r->n_stop; i++) {
-        snprintf(stops[i], sizeof stops[i], "%.*s", (int)r->stop[i].len, r->stop[i].text);
-        p.stop[i] = stops[i];
+    for (int i = 0; i < r->n_stop; i++) { /* whole, by length: the request copies them */
+        p.stop[i] = r->stop[i].text;
+        p.stop_len[i] = r->stop[i].len;
     }
     char err[256];
     if (eng_gen_req_new(&p, &c->greq, err, sizeof err) != 0) {
@@ -284,7 +325,10 @@ static void submit(struct chat *c)
     }
     c->submitted = true;
     if (r->stream) {
-        c->stream = srv_request_stream(c->req, 200, "text/event-stream", STREAM_LIMIT);
+        c->stream = srv_request_stream(c->req, 200,
+                                       c->surf.content_type ? c->surf.content_type
+                                                            : "text/event-stream",
+                                       STREAM_LIMIT);
         c->req = NULL; /* answered by the stream from now on */
         if (!c->stream) {
             eng_gen_req_cancel(c->greq);
@@ -313,13 +357,11 @@ static void on_prompt_done(uv_work_t *w, int status)
 int srv_h_chat_completions(srv_request *req, struct srv_response *resp)
 {
     struct srv_app *app = srv_request_app(req);
-    if (srv_app_refuse_unready(app, resp))
-        return 0;
-    json_t *root = srv_request_json(req, resp);
+    struct api_chat_limits lim;
+    json_t *root = srv_request_generation(req, resp, &lim);
     if (!root)
         return 0;
     struct api_bad_request bad;
-    struct api_chat_limits lim = srv_app_chat_limits(app, false);
     struct api_chat_req *creq = NULL;
     int rc = api_chat_req_parse(root, &lim, &creq, &bad);
     json_decref(root);
@@ -330,8 +372,26 @@ int srv_h_chat_completions(srv_request *req, struct srv_response *resp)
         srv_response_bad(resp, &bad);
         return 0;
     }
+    return srv_chat_begin(req, resp, creq, NULL);
+}
+
+int srv_chat_begin(srv_request *req, struct srv_response *resp, struct api_chat_req *creq,
+                   const struct srv_chat_surface *surf)
+{
+    struct srv_app *app = srv_request_app(req);
     struct chat *c = calloc(1, sizeof *c);
+    if (c && surf) {
+        c->surf = *surf;
+        if (surf->n_ids && !(c->raw_ids = malloc(surf->n_ids * sizeof *c->raw_ids))) {
+            free(c);
+            c = NULL;
+        } else if (surf->n_ids) {
+            memcpy(c->raw_ids, surf->ids, surf->n_ids * sizeof *c->raw_ids);
+        }
+    }
     if (!c) {
+        if (surf && surf->free_ctx && surf->format)
+            surf->free_ctx(surf->format->ctx);
         api_chat_req_free(creq);
         srv_response_error(resp, API_ERR_INTERNAL, NULL, "out of memory");
         return 0;
@@ -363,7 +423,8 @@ void srv_chat_ping(struct srv_app *app)
     uint64_t now = uv_now(app->loop);
     for (struct chat *c = app->chats, *next; c; c = next) {
         next = c->next;
-        if (c->stream && now - c->last_write >= PING_MS)
-            stream_put(c, strdup(API_SSE_PING));
+        const char *ping = c->surf.format ? c->surf.ping : API_SSE_PING;
+        if (c->stream && ping && now - c->last_write >= PING_MS)
+            stream_put(c, strdup(ping));
     }
 }

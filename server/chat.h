@@ -5,9 +5,37 @@
 #include "engine/gen.h"
 #include "server/http.h"
 
+#include "api/chat-req.h"
+#include "api/chat-run.h"
+
 struct srv_app;
 
 int srv_h_chat_completions(srv_request *req, struct srv_response *resp);
+
+/* What a surface other than chat completions (/v1/completions, Ollama, Responses)
+ * gives the one generation path: its framing, and for a raw prompt the text or
+ * token ids (req->raw). Copied; the surface's `format.ctx` is freed with
+ * free_ctx(ctx) when the request is done. */
+struct srv_chat_surface {
+    const struct api_chat_format *format;  /* NULL: OpenAI's chat.completion */
+    const char *content_type;   /* of a stream; NULL: text/event-stream */
+    const char *ping;           /* keep-alive frame; NULL: none (NDJSON has no comments) */
+    /* A non-stream refusal's body (api.h's error JSON) in the surface's shape;
+     * NULL: as it is. Returns a malloc'd body or NULL (then the original). */
+    char *(*refusal)(void *ctx, const char *error_body);
+    const char *text;           /* raw prompt text (tokenized with specials, the
+                                   tokenizer's add_special too), borrowed from creq's
+                                   body; or */
+    const int32_t *ids;         /* raw prompt ids (copied) */
+    size_t text_len, n_ids;
+    void (*free_ctx)(void *ctx);
+};
+
+/* Start one generation for a parsed request (owned from now on, also on failure)
+ * on behalf of `req`; `surf` NULL is OpenAI chat. Always answers (now in `resp`,
+ * or later); returns 0. The handler checked the model already. */
+int srv_chat_begin(srv_request *req, struct srv_response *resp, struct api_chat_req *creq,
+                   const struct srv_chat_surface *surf);
 
 /* The worker's emit callback (ctx = the srv_app): copies the event to the loop
  * thread through the app's mailbox. Worker thread. */

@@ -75,6 +75,18 @@ json_t *srv_request_json(srv_request *req, struct srv_response *resp)
     return root;
 }
 
+json_t *srv_request_generation(srv_request *req, struct srv_response *resp,
+                               struct api_chat_limits *lim)
+{
+    struct srv_app *app = srv_request_app(req);
+    if (srv_app_refuse_unready(app, resp))
+        return NULL;
+    json_t *root = srv_request_json(req, resp);
+    if (root)
+        *lim = srv_app_chat_limits(app, false);
+    return root;
+}
+
 void srv_response_bad(struct srv_response *resp, const struct api_bad_request *bad)
 {
     srv_response_error(resp, bad->error, bad->param[0] ? bad->param : NULL, "%s", bad->message);
@@ -86,6 +98,9 @@ struct api_chat_limits srv_app_chat_limits(const struct srv_app *app, bool templ
         .n_vocab = eng_pack_get_info(eng_engine_pack(app->eng))->hp.n_vocab,
         .defaults = eng_engine_sampling(app->eng),
         .template_only = template_only,
+        .thinking = app->cfg->thinking == CFG_THINKING_ON    ? ENG_THINKING_ON
+                    : app->cfg->thinking == CFG_THINKING_OFF ? ENG_THINKING_OFF
+                                                             : ENG_THINKING_UNSET,
     };
 }
 
@@ -170,6 +185,15 @@ const struct srv_route srv_routes[] = {
     {"GET", "/v1/models/{id}", "/v1/models/{id}", false, h_model},
     {"GET", "/metrics", "/metrics", false, h_metrics},
     {"POST", "/v1/chat/completions", "/v1/chat/completions", false, srv_h_chat_completions},
+    {"POST", "/v1/completions", "/v1/completions", false, srv_h_completions},
+    {"POST", "/v1/responses", "/v1/responses", false, srv_h_responses},
+    /* The Ollama API (server/surfaces.c, api/ollama.h) */
+    {"GET", "/api/version", "/api/version", false, srv_h_ollama_version},
+    {"GET", "/api/tags", "/api/tags", false, srv_h_ollama_tags},
+    {"GET", "/api/ps", "/api/ps", false, srv_h_ollama_ps},
+    {"POST", "/api/show", "/api/show", false, srv_h_ollama_show},
+    {"POST", "/api/chat", "/api/chat", false, srv_h_ollama_chat},
+    {"POST", "/api/generate", "/api/generate", false, srv_h_ollama_generate},
     {"POST", "/tokenize", "/tokenize", false, srv_h_tokenize},
     {"POST", "/detokenize", "/detokenize", false, srv_h_detokenize},
     {"POST", "/apply-template", "/apply-template", false, srv_h_apply_template},

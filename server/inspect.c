@@ -28,8 +28,8 @@ struct job {
 static void run_tokenize(struct job *j)
 {
     int32_t *ids = NULL;
-    int n = eng_tokenizer_encode(j->tok, j->tk.content, j->tk.content_len, j->tk.parse_special,
-                                 &ids);
+    int n = eng_tokenizer_encode_special(j->tok, j->tk.content, j->tk.content_len,
+                                         j->tk.parse_special, j->tk.add_special, &ids);
     if (n < 0) {
         srv_response_error(&j->resp, API_ERR_INTERNAL, NULL, "tokenizing failed");
         return;

@@ -340,14 +340,85 @@ MCD_TEST(chat_req, max_tokens)
     r = ok(BODY(",\"max_completion_tokens\":9000000000000"));
     cr_assert_eq(r->max_tokens, INT32_MAX);
     api_chat_req_free(r);
-    bad_as(BODY(",\"max_tokens\":0"), "max_tokens", "Expected a value >= 1, but got 0");
+    bad_as(BODY(",\"max_tokens\":0"), "max_tokens", "Expected a value >= 1 (or -1");
     bad(BODY(",\"max_tokens\":-5"), "max_tokens");
+    bad(BODY(",\"max_tokens\":-2"), "max_tokens");
+    /* -1: until the context ends (Open WebUI's "no limit", llama.cpp's n_predict). */
+    r = ok(BODY(",\"max_tokens\":-1"));
+    cr_assert_eq(r->max_tokens, 0);
+    api_chat_req_free(r);
+    r = ok(BODY(",\"max_completion_tokens\":-1,\"max_tokens\":5"));
+    cr_assert_eq(r->max_tokens, 0, "max_completion_tokens -1 wins");
+    api_chat_req_free(r);
     bad_as(BODY(",\"max_completion_tokens\":0"), "max_completion_tokens", ">= 1");
     bad_as(BODY(",\"max_completion_tokens\":1.5"), "max_completion_tokens", "expected an integer");
     bad(BODY(",\"max_completion_tokens\":\"10\""), "max_completion_tokens");
     bad(BODY(",\"max_tokens\":true"), "max_tokens");
     /* Both are checked even when the other wins. */
     bad(BODY(",\"max_completion_tokens\":5,\"max_tokens\":0"), "max_tokens");
+}
+
+MCD_TEST(chat_req, assistant_prefill)
+{
+    /* An assistant message last is continued unless the client says otherwise. */
+    struct api_chat_req *r = ok("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
+                                "\"hi\"},{\"role\":\"assistant\",\"content\":\"Sure\"}]}");
+    cr_assert(r->chat.continue_final);
+    api_chat_req_free(r);
+    r = ok("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":"
+           "\"assistant\",\"content\":\"Sure\"}],\"continue_final_message\":false}");
+    cr_assert(!r->chat.continue_final);
+    api_chat_req_free(r);
+    r = ok(BODY(""));
+    cr_assert(!r->chat.continue_final, "a user message last: a new assistant turn");
+    api_chat_req_free(r);
+    bad(BODY(",\"continue_final_message\":1"), "continue_final_message");
+}
+
+/* Thinking: chat_template_kwargs.enable_thinking > reasoning_effort > --thinking. */
+MCD_TEST(chat_req, reasoning_effort_and_default)
+{
+    static const struct {
+        const char *extra;
+        enum eng_thinking want;
+    } cases[] = {
+        {"", ENG_THINKING_UNSET},
+        {",\"reasoning_effort\":\"none\"", ENG_THINKING_OFF},
+        {",\"reasoning_effort\":\"minimal\"", ENG_THINKING_OFF},
+        {",\"reasoning_effort\":\"low\"", ENG_THINKING_ON},
+        {",\"reasoning_effort\":\"medium\"", ENG_THINKING_ON},
+        {",\"reasoning_effort\":\"high\"", ENG_THINKING_ON},
+        {",\"reasoning_effort\":null", ENG_THINKING_UNSET},
+        {",\"reasoning_effort\":\"none\",\"chat_template_kwargs\":{\"enable_thinking\":true}",
+         ENG_THINKING_ON},
+        {",\"reasoning_effort\":\"high\",\"chat_template_kwargs\":{\"enable_thinking\":false}",
+         ENG_THINKING_OFF},
+    };
+    char body[512];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        snprintf(body, sizeof body, BODY("%s"), cases[i].extra);
+        struct api_chat_req *r = ok(body);
+        cr_assert_eq(r->chat.thinking, cases[i].want, "%s", cases[i].extra);
+        api_chat_req_free(r);
+    }
+    bad_as(BODY(",\"reasoning_effort\":\"max\""), "reasoning_effort", "'max' is not one of");
+    bad(BODY(",\"reasoning_effort\":1"), "reasoning_effort");
+
+    /* The daemon's default applies only when the request says nothing. */
+    struct api_chat_limits off = LIM;
+    off.thinking = ENG_THINKING_OFF;
+    struct api_bad_request b;
+    struct api_chat_req *r = NULL;
+    json_t *j = load(BODY(""));
+    cr_assert_eq(api_chat_req_parse(j, &off, &r, &b), 0);
+    cr_assert_eq(r->chat.thinking, ENG_THINKING_OFF);
+    api_chat_req_free(r);
+    json_decref(j);
+    j = load(BODY(",\"reasoning_effort\":\"low\""));
+    cr_assert_eq(api_chat_req_parse(j, &off, &r, &b), 0);
+    cr_assert_eq(r->chat.thinking, ENG_THINKING_ON);
+    api_chat_req_free(r);
+    json_decref(j);
 }
 
 MCD_TEST(chat_req, n_must_be_one)

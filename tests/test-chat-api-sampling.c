@@ -131,7 +131,35 @@ MCD_TEST(chat_req, stop)
     cr_assert_eq(r->n_stop, 0);
     api_chat_req_free(r);
     bad_as(BODY(",\"stop\":\"\""), "stop", "must not be empty");
-    bad_as(BODY(",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]"), "stop", "maximum length 4");
+    /* Up to 16 (OpenAI: 4; llama.cpp and Open WebUI send more). */
+    r = ok(BODY(",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\",\"j\",\"k\","
+                "\"l\",\"m\",\"n\",\"o\",\"p\"]"));
+    cr_assert_eq(r->n_stop, 16);
+    cr_assert_eq(r->stop[15].len, 1);
+    cr_assert_eq(r->stop[15].text[0], 'p');
+    api_chat_req_free(r);
+    bad_as(BODY(",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\",\"j\",\"k\","
+                "\"l\",\"m\",\"n\",\"o\",\"p\",\"q\"]"),
+           "stop", "maximum length 16");
+    /* Whole, however long, up to UT_MAX_STOP_BYTES in all. */
+    char big[UT_MAX_STOP_BYTES + 64];
+    char s300[301];
+    memset(s300, 'x', 300);
+    s300[300] = '\0';
+    snprintf(big, sizeof big, BODY(",\"stop\":[\"%s\"]"), s300);
+    r = ok(big);
+    cr_assert_eq(r->stop[0].len, 300, "a 300-byte stop is kept whole");
+    api_chat_req_free(r);
+    char *huge = malloc(2 * UT_MAX_STOP_BYTES);
+    memset(huge, 'y', UT_MAX_STOP_BYTES - 1);
+    huge[UT_MAX_STOP_BYTES - 1] = '\0';
+    char *body = malloc(3 * UT_MAX_STOP_BYTES);
+    snprintf(body, 3 * UT_MAX_STOP_BYTES, BODY(",\"stop\":[\"%s\",\"z\"]"), huge);
+    api_chat_req_free(ok(body));   /* exactly the bound */
+    snprintf(body, 3 * UT_MAX_STOP_BYTES, BODY(",\"stop\":[\"%s\",\"zz\"]"), huge);
+    bad_as(body, "stop[1]", "at most 8192");
+    free(body);
+    free(huge);
     bad(BODY(",\"stop\":[\"a\",\"\"]"), "stop[1]");
     bad_as(BODY(",\"stop\":[\"a\",3]"), "stop[1]", "expected a string");
     bad(BODY(",\"stop\":[null]"), "stop[0]");

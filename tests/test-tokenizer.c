@@ -366,6 +366,30 @@ MCD_TEST(tokenizer, detok_stop_strings)
     cr_assert(o2.stopped);
     cr_assert_str_eq(o2.buf, "a<|");
     eng_detok_free(d);
+
+    /* By length: a stop holding NUL is matched whole, never cut at the NUL ("b" of
+     * "b\0" alone is not a match), and a stop longer than 255 bytes is whole too. */
+    const char *nul[] = {"b\0"};
+    size_t nul_len[] = {2};
+    d = eng_detok_new_len(t, false, nul, nul_len, 1);
+    struct stream_out o3 = {0};
+    feed(d, (const int32_t[]){97, 98, 99}, 3, &o3, true);
+    cr_assert(!o3.stopped);
+    cr_assert_str_eq(o3.buf, "abc");
+    eng_detok_free(d);
+    char longstop[300];
+    memset(longstop, 'a', sizeof longstop);
+    const char *ls[] = {longstop};
+    size_t ls_len[] = {sizeof longstop};
+    d = eng_detok_new_len(t, false, ls, ls_len, 1);
+    struct stream_out o4 = {0};
+    int32_t as[290];
+    for (int i = 0; i < 290; i++)
+        as[i] = 97;
+    feed(d, as, 290, &o4, true);
+    cr_assert(!o4.stopped, "290 bytes do not complete a 300-byte stop");
+    cr_assert_eq(strlen(o4.buf), 290);
+    eng_detok_free(d);
     eng_tokenizer_free(t);
 }
 

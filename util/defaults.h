@@ -22,8 +22,13 @@
  * remote client cannot take every slot. */
 #define UT_MAX_CONNECTIONS_PER_IP_DEFAULT 64
 
-/* Stop strings per request: OpenAI's limit. */
-#define UT_MAX_STOP 4
+/* Stop strings per request. OpenAI's chat API allows 4; llama.cpp and Open WebUI
+ * send more (issue 18), so 16, as many as llama.cpp's clients commonly send. */
+#define UT_MAX_STOP 16
+
+/* All of a request's stop strings together, in bytes: each is kept whole (the
+ * detokenizer holds back up to the longest one's length), so the sum is bounded. */
+#define UT_MAX_STOP_BYTES 8192
 
 /* top_logprobs per token: OpenAI's limit, and what the sampler keeps. */
 #define UT_MAX_TOP_LOGPROBS 20

@@ -45,6 +45,12 @@ void eng_detok_free(eng_detok *d)
 eng_detok *eng_detok_new(const eng_tokenizer *t, bool skip_special, const char *const *stops,
                          size_t n_stops)
 {
+    return eng_detok_new_len(t, skip_special, stops, NULL, n_stops);
+}
+
+eng_detok *eng_detok_new_len(const eng_tokenizer *t, bool skip_special, const char *const *stops,
+                             const size_t *lens, size_t n_stops)
+{
     eng_detok *d = calloc(1, sizeof *d);
     if (!d)
         return NULL;
@@ -57,12 +63,16 @@ eng_detok *eng_detok_new(const eng_tokenizer *t, bool skip_special, const char *
     if (!d->stops || !d->stop_len)
         goto err;
     for (size_t i = 0; i < n_stops; i++) {
-        if (!stops[i] || !stops[i][0])
+        size_t len = !stops[i] ? 0 : lens ? lens[i] : strlen(stops[i]);
+        if (len == 0)
             continue;  /* an empty stop string would stop before the first byte */
-        d->stops[d->n_stops] = strdup(stops[i]);
+        /* Kept whole, by length: a stop string may hold NUL bytes (matched as bytes,
+         * memmem below). */
+        d->stops[d->n_stops] = malloc(len);
         if (!d->stops[d->n_stops])
             goto err;
-        d->stop_len[d->n_stops] = strlen(stops[i]);
+        memcpy(d->stops[d->n_stops], stops[i], len);
+        d->stop_len[d->n_stops] = len;
         d->n_stops++;
     }
     return d;

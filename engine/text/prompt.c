@@ -5,6 +5,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Whether a continued assistant message is inside <think>: its last "<think>" is
+ * not closed after it. The output parser then starts in reasoning. */
+static enum eng_thinking continued_thinking(const char *text)
+{
+    const char *turn = NULL, *open = NULL, *close = NULL;
+    for (const char *q = text; (q = strstr(q, "<|im_start|>assistant\n")); q++)
+        turn = q;
+    for (const char *q = turn ? turn : text; (q = strstr(q, "<think>")); q++)
+        open = q;
+    for (const char *q = turn ? turn : text; (q = strstr(q, "</think>")); q++)
+        close = q;
+    return open && (!close || close < open) ? ENG_THINKING_ON : ENG_THINKING_OFF;
+}
+
 int eng_prompt_build(const eng_tokenizer *tok, const struct eng_chat_params *params,
                      struct eng_prompt *out, char *err, size_t errlen, char *param,
                      size_t paramlen)
@@ -21,6 +35,8 @@ int eng_prompt_build(const eng_tokenizer *tok, const struct eng_chat_params *par
     if (!out->text)
         return -EINVAL;
     out->thinking = p.thinking;
+    if (p.continue_final)
+        out->thinking = continued_thinking(out->text);
     if (!tok)
         return 0;
     int n = eng_tokenizer_encode(tok, out->text, strlen(out->text), true, &out->ids);

@@ -81,6 +81,45 @@ static struct str str_rstrip_nl(struct str s)
     return s;
 }
 
+/* The byte length of the character at p[0..n) when Python's str.isspace() is true
+ * for it, else 0: ASCII \t\n\v\f\r, \x1c-\x1f and space, U+0085, U+00A0, U+1680,
+ * U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000. */
+static size_t py_space(const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    if (n >= 1 && ((p[0] >= 0x09 && p[0] <= 0x0D) || (p[0] >= 0x1C && p[0] <= 0x20)))
+        return 1;
+    if (n >= 2 && p[0] == 0xC2 && (p[1] == 0x85 || p[1] == 0xA0))
+        return 2;
+    if (n >= 3 && p[0] == 0xE1 && p[1] == 0x9A && p[2] == 0x80)
+        return 3;
+    if (n >= 3 && p[0] == 0xE2 && p[1] == 0x80 &&
+        (p[2] <= 0x8A || p[2] == 0xA8 || p[2] == 0xA9 || p[2] == 0xAF))
+        return 3;
+    if (n >= 3 && p[0] == 0xE2 && p[1] == 0x81 && p[2] == 0x9F)
+        return 3;
+    if (n >= 3 && p[0] == 0xE3 && p[1] == 0x80 && p[2] == 0x80)
+        return 3;
+    return 0;
+}
+
+/* Python's s.strip() (no argument: Unicode whitespace). */
+static struct str str_py_strip(struct str s)
+{
+    size_t k;
+    while (s.n && (k = py_space(s.p, s.n)))
+        s.p += k, s.n -= k;
+    while (s.n) {
+        size_t start = s.n - 1;   /* the last character's first byte */
+        while (start > 0 && ((unsigned char)s.p[start] & 0xC0) == 0x80)
+            start--;
+        if (py_space(s.p + start, s.n - start) != s.n - start)
+            break;
+        s.n = start;
+    }
+    return s;
+}
+
 static void add(ut_buf *b, struct str s)
 {
     ut_buf_add(b, s.p, s.n);
@@ -526,13 +565,69 @@ static void render(struct ctx *c)
         }
     }
 
-    if (p->add_generation_prompt) {
+    if (p->add_generation_prompt && !p->continue_final) {
         ut_buf_adds(&c->out, "<|im_start|>assistant\n");
         if (p->thinking == ENG_THINKING_OFF)
             ut_buf_adds(&c->out, "<think>\n\n</think>\n\n");
         else if (p->thinking == ENG_THINKING_ON)
             ut_buf_adds(&c->out, "<think>\n");
     }
+}
+
+/* continue_final_message, as transformers' apply_chat_template: the render cut
+ * right after the last occurrence of the final message's stripped content. */
+static void cut_after_final(struct ctx *c)
+{
+    const struct msg *m = &c->m[c->n - 1];
+    if (m->role != ROLE_ASSISTANT) {
+        fail(c, "continue_final_message: the last message is not an assistant message",
+             "messages[%zu].role", c->n - 1);
+        return;
+    }
+    if (!m->is_str) {
+        fail(c, "continue_final_message: the last message has no text content",
+             "messages[%zu].content", c->n - 1);
+        return;
+    }
+    struct str want = str_py_strip(m->text);
+    const char *at = str_rfind((struct str){c->out.p, c->out.n}, want);
+    if (!at) {
+        fail(c, "continue_final_message: the final message's content does not appear in the "
+                "rendered prompt (the template moved part of it)",
+             "messages[%zu].content", c->n - 1);
+        return;
+    }
+    c->out.n = (size_t)(at - c->out.p) + want.n;
+    c->out.p[c->out.n] = '\0';
+}
+
+bool eng_chat_continues(const json_t *messages, bool add_generation_prompt)
+{
+    const json_t *m = json_array_get(messages, json_array_size(messages) - 1);
+    if (!add_generation_prompt || !json_is_object(m) ||
+        !json_is_string(json_object_get(m, "role")) ||
+        strcmp(json_string_value(json_object_get(m, "role")), "assistant") != 0 ||
+        json_array_size(json_object_get(m, "tool_calls")) > 0)
+        return false;
+    const json_t *content = json_object_get(m, "content");
+    bool blank = true;
+    if (json_is_string(content)) {
+        struct str s = str_of(content);
+        if (str_find(s, STR_LIT("</think>")))
+            return false;
+        blank = str_py_strip(s).n == 0;
+    } else if (json_is_array(content)) {
+        /* text parts, joined with nothing between them */
+        size_t i;
+        const json_t *part;
+        json_array_foreach(content, i, part) {
+            struct str s = str_of(json_object_get(part, "text"));
+            if (str_find(s, STR_LIT("</think>")))
+                return false;
+            blank = blank && str_py_strip(s).n == 0;
+        }
+    }
+    return !blank;
 }
 
 char *eng_chat_render(const struct eng_chat_params *p, char *err, size_t errlen, char *param,
@@ -547,6 +642,8 @@ char *eng_chat_render(const struct eng_chat_params *p, char *err, size_t errlen,
     map_messages(&c);
     if (!c.failed)
         render(&c);
+    if (!c.failed && !c.out.oom && p->continue_final && c.n > 0)
+        cut_after_final(&c);
     if (!c.failed && c.out.oom)
         fail(&c, "out of memory", NULL);
     /* Jinja2 would print a NUL; a C string prompt cannot carry one. */
@@ -579,6 +676,14 @@ int eng_chat_params_from_request(const json_t *request, struct eng_chat_params *
     }
     if (agp)
         p->add_generation_prompt = json_is_true(agp);
+    const json_t *cont = json_object_get(request, "continue_final_message");
+    if (cont && !json_is_null(cont) && !json_is_boolean(cont)) {
+        fail(&c, "continue_final_message must be a boolean", "continue_final_message");
+        return -EINVAL;
+    }
+    p->continue_final = json_is_boolean(cont)
+                            ? json_is_true(cont)
+                            : eng_chat_continues(p->messages, p->add_generation_prompt);
     /* `enable_thinking is true` / `is false` are identity tests in Jinja2: any other
      * value, null included, renders as if it were not given. */
     const json_t *et = json_object_get(json_object_get(request, "chat_template_kwargs"),

@@ -165,6 +165,8 @@ struct tok_matcher {
     uint8_t first[32];          /* bitmap of first bytes, to skip plain text fast */
 };
 
+#define TOK_MAX_POST 8
+
 struct eng_tokenizer {
     int32_t n_ids;
     char **tok;              /* raw bytes of each id (vocab: byte-level decoded; added:
@@ -182,6 +184,10 @@ struct eng_tokenizer {
     bool has_pre;
     struct tok_bpe *bpe;
     const char **bpe_tok;    /* what the BPE may look up (tok, or NULL) */
+    /* post_processor TemplateProcessing "single": the special ids around $A (what
+     * add_special_tokens adds; MiniCPM5: "<s>" before) */
+    int32_t special_pre[TOK_MAX_POST], special_post[TOK_MAX_POST];
+    int n_special_pre, n_special_post;
 };
 
 /* tokenizer.c, for the loader and the detokenizer. */

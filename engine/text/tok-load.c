@@ -278,6 +278,49 @@ static int load_model(eng_tokenizer *t, const json_t *root, const char *path, ch
     return load_merges(t, merges, path, err, errlen);
 }
 
+/* post_processor: of a TemplateProcessing, the special tokens of "single" before and
+ * after the sequence ($A), as Hugging Face's tokenizers adds them with
+ * add_special_tokens. Any other post_processor (or none) adds nothing here: the
+ * ByteLevel one only fixes offsets, and the chat path never adds specials (the
+ * template writes "<s>"). */
+static int load_post(eng_tokenizer *t, const json_t *post, const char *path, char *err,
+                     size_t errlen)
+{
+    const char *type = json_string_value(json_object_get(post, "type"));
+    if (!type || strcmp(type, "TemplateProcessing") != 0)
+        return 0;
+    const json_t *specials = json_object_get(post, "special_tokens");
+    bool after = false;
+    size_t i;
+    const json_t *item;
+    json_array_foreach(json_object_get(post, "single"), i, item) {
+        if (json_object_get(item, "Sequence")) {
+            after = true;
+            continue;
+        }
+        const char *name = json_string_value(
+            json_object_get(json_object_get(item, "SpecialToken"), "id"));
+        const json_t *ids = json_object_get(json_object_get(specials, name ? name : ""), "ids");
+        if (!name || !json_is_array(ids))
+            return fail(err, errlen, path, "post_processor.single[%zu]: not a known special "
+                                           "token",
+                        i);
+        size_t j;
+        const json_t *id;
+        json_array_foreach(ids, j, id) {
+            int32_t *dst = after ? t->special_post : t->special_pre;
+            int *n = after ? &t->n_special_post : &t->n_special_pre;
+            json_int_t v = json_integer_value(id);
+            if (!json_is_integer(id) || v < 0 || v >= t->n_ids || *n == TOK_MAX_POST)
+                return fail(err, errlen, path, "post_processor: special token '%s' has an id "
+                                               "out of range or too many ids",
+                            name);
+            dst[(*n)++] = (int32_t)v;
+        }
+    }
+    return 0;
+}
+
 int eng_tokenizer_load(const char *path, eng_tokenizer **out, char *err, size_t errlen)
 {
     char sub[200];
@@ -301,6 +344,9 @@ int eng_tokenizer_load(const char *path, eng_tokenizer **out, char *err, size_t 
         goto nomem;
     if ((rc = load_model(t, root, path, err, errlen)))
         goto check;
+
+    if ((rc = load_post(t, json_object_get(root, "post_processor"), path, err, errlen)))
+        goto err;
 
     const json_t *norm = json_object_get(root, "normalizer");
     if (norm && !json_is_null(norm)) {

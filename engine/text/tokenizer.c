@@ -322,6 +322,32 @@ out:
     return (int)e.ids.n;
 }
 
+int eng_tokenizer_encode_special(const eng_tokenizer *t, const char *text, size_t len,
+                                 bool special, bool add_special, int32_t **ids)
+{
+    int n = eng_tokenizer_encode(t, text, len, special, ids);
+    if (n < 0 || !add_special || (t->n_special_pre == 0 && t->n_special_post == 0))
+        return n;
+    size_t total = (size_t)n + (size_t)t->n_special_pre + (size_t)t->n_special_post;
+    if (total > (size_t)INT32_MAX) {
+        free(*ids);
+        *ids = NULL;
+        return -E2BIG;
+    }
+    int32_t *v = malloc(total * sizeof *v);
+    if (!v) {
+        free(*ids);
+        *ids = NULL;
+        return -ENOMEM;
+    }
+    memcpy(v, t->special_pre, (size_t)t->n_special_pre * sizeof *v);
+    memcpy(v + t->n_special_pre, *ids, (size_t)n * sizeof *v);
+    memcpy(v + t->n_special_pre + n, t->special_post, (size_t)t->n_special_post * sizeof *v);
+    free(*ids);
+    *ids = v;
+    return (int)total;
+}
+
 /* ==== decode and lookups ================================================== */
 
 int32_t eng_tokenizer_n_vocab(const eng_tokenizer *t)

@@ -453,7 +453,8 @@ void eng__worker_run(struct eng_worker *w, eng_gen_req *r)
         emit_error(&g, rc, false, false, "%s", msg);
         goto out;
     }
-    g.detok = eng_detok_new(w->tok, true, (const char *const *)r->stop, (size_t)r->n_stop);
+    g.detok = eng_detok_new_len(w->tok, true, (const char *const *)r->stop, r->stop_len,
+                                (size_t)r->n_stop);
     if (!g.detok) {
         emit_error(&g, -ENOMEM, true, false, "out of memory");
         goto out;

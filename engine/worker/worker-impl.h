@@ -21,7 +21,8 @@ struct eng_gen_req {
     int max_tokens;
     int32_t stop_ids[ENG_GEN_MAX_STOP_IDS];
     int n_stop_ids;
-    char *stop[UT_MAX_STOP];
+    char *stop[UT_MAX_STOP];      /* whole, by length (may hold NUL) */
+    size_t stop_len[UT_MAX_STOP];
     int n_stop;
     bool logprobs;
     int top_logprobs;

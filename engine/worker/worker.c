@@ -78,9 +78,15 @@ int eng_gen_req_new(const struct eng_gen_params *p, eng_gen_req **out, char *err
     if (p->n_stop < 0 || p->n_stop > UT_MAX_STOP)
         return eng__fail(err, errlen, -EINVAL, "request: %d stop strings (0 .. %d)", p->n_stop,
                          UT_MAX_STOP);
-    for (int i = 0; i < p->n_stop; i++)
+    size_t stop_bytes = 0;
+    for (int i = 0; i < p->n_stop; i++) {
         if (!p->stop[i])
             return eng__fail(err, errlen, -EINVAL, "request: stop string %d is NULL", i);
+        stop_bytes += p->stop_len[i] ? p->stop_len[i] : strlen(p->stop[i]);
+    }
+    if (stop_bytes > UT_MAX_STOP_BYTES)
+        return eng__fail(err, errlen, -EINVAL, "request: stop strings of %zu bytes (at most %d)",
+                         stop_bytes, UT_MAX_STOP_BYTES);
     if (p->top_logprobs < 0 || p->top_logprobs > UT_MAX_TOP_LOGPROBS)
         return eng__fail(err, errlen, -EINVAL, "request: top_logprobs %d (0 .. %d)",
                          p->top_logprobs, UT_MAX_TOP_LOGPROBS);
@@ -111,9 +117,16 @@ int eng_gen_req_new(const struct eng_gen_params *p, eng_gen_req **out, char *err
     if (p->n_stop_ids)
         memcpy(r->stop_ids, p->stop_ids, (size_t)p->n_stop_ids * sizeof *r->stop_ids);
     r->n_stop_ids = p->n_stop_ids;
-    for (; r->n_stop < p->n_stop; r->n_stop++)
-        if (!(r->stop[r->n_stop] = strdup(p->stop[r->n_stop])))
+    for (; r->n_stop < p->n_stop; r->n_stop++) {
+        int i = r->n_stop;
+        size_t len = p->stop_len[i] ? p->stop_len[i] : strlen(p->stop[i]);
+        /* One byte more, a NUL, for log lines; the length is what counts. */
+        if (!(r->stop[i] = malloc(len + 1)))
             goto nomem;
+        memcpy(r->stop[i], p->stop[i], len);
+        r->stop[i][len] = '\0';
+        r->stop_len[i] = len;
+    }
     r->logprobs = p->logprobs;
     r->top_logprobs = p->logprobs ? p->top_logprobs : 0;
     r->user = p->user;

@@ -24,7 +24,15 @@ Two layers, kept apart on purpose:
    - roles other than system/developer/user/assistant/tool, messages that are not
      objects, "tool_calls" that is not an array, "tools" that is not an array,
      and a non-boolean "add_generation_prompt" are refused;
-   - of chat_template_kwargs only "enable_thinking" is passed on.
+   - of chat_template_kwargs only "enable_thinking" is passed on;
+   - continue_final_message (transformers' and vLLM's name): a boolean when given;
+     by default true when the last message is an assistant's with non-blank
+     content (string or text parts), no tool_calls, no "</think>" in its content,
+     and add_generation_prompt is true (continues(); llama.cpp continues an
+     assistant message last too). Then render() does what transformers'
+     apply_chat_template(continue_final_message=True) does: render with
+     add_generation_prompt false and cut right after the last occurrence of the
+     final content's .strip() (refused when it is not there).
 2. render(): the template itself, rendered the way transformers'
    _compile_jinja_template() sets Jinja2 up (ImmutableSandboxedEnvironment,
    trim_blocks, lstrip_blocks, loopcontrols, its own tojson and
@@ -105,6 +113,21 @@ def _parse_arguments(call, param):
         raise Refused(f"{where}.arguments", f"not valid JSON ({e})")
 
 
+def continues(messages, agp):
+    """minicpmd's default continue_final_message (engine/template.h)."""
+    last = messages[-1] if messages else None
+    if not agp or not isinstance(last, dict) or last.get("role") != "assistant" \
+            or (isinstance(last.get("tool_calls"), list) and last["tool_calls"]):
+        return False
+    content = last.get("content")
+    texts = [content] if isinstance(content, str) else \
+        [p.get("text") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)] \
+        if isinstance(content, list) else []
+    if any("</think>" in t for t in texts):
+        return False
+    return any(t.strip() for t in texts)
+
+
 def to_template_vars(request):
     """minicpmd's mapping of an OpenAI request onto the template's variables."""
     if not isinstance(request, dict):
@@ -136,8 +159,13 @@ def to_template_vars(request):
     agp = request.get("add_generation_prompt", True)
     if not isinstance(agp, bool):
         raise Refused("add_generation_prompt", "must be a boolean")
-    tvars = {"messages": messages, "tools": tools, "add_generation_prompt": agp,
-             "bos_token": "<s>", "eos_token": "</s>"}
+    cont = request.get("continue_final_message")
+    if cont is not None and not isinstance(cont, bool):
+        raise Refused("continue_final_message", "must be a boolean")
+    if cont is None:
+        cont = continues(request["messages"], agp)
+    tvars = {"messages": messages, "tools": tools, "add_generation_prompt": agp and not cont,
+             "bos_token": "<s>", "eos_token": "</s>", "_continue": cont}
     kwargs = request.get("chat_template_kwargs")
     if isinstance(kwargs, dict) and "enable_thinking" in kwargs:
         tvars["enable_thinking"] = kwargs["enable_thinking"]
@@ -147,10 +175,27 @@ def to_template_vars(request):
 def render(template, request):
     """The prompt for `request` (a parsed JSON value), or raise Refused."""
     tvars = to_template_vars(request)
+    cont = tvars.pop("_continue")
     try:
-        return template.render(**tvars)
+        rendered = template.render(**tvars)
     except Exception as e:  # whatever Jinja2 or Python raises inside the template
         raise Refused(None, f"the template raises {type(e).__name__}: {e}")
+    if cont:
+        # transformers' apply_chat_template, continue_final_message=True (4.4x):
+        # a non-assistant last message is refused by minicpmd (transformers does
+        # not check the role), then the cut after the stripped final content.
+        last = tvars["messages"][-1]
+        if last.get("role") != "assistant":
+            raise Refused("messages", "continue_final_message: the last message is not an "
+                                      "assistant message")
+        final = last.get("content")
+        if not isinstance(final, str):
+            raise Refused("messages", "continue_final_message: no text content")
+        if final.strip() not in rendered:
+            raise Refused("messages", "continue_final_message: the final message does not "
+                                      "appear in the chat after applying the template")
+        rendered = rendered[: rendered.rindex(final.strip()) + len(final.strip())]
+    return rendered
 
 
 def main():

@@ -1,5 +1,7 @@
 /* libFuzzer target: arbitrary bytes as a POST /v1/chat/completions body through
- * api_chat_req_parse(), then what the handler does with the result: the template
+ * api_chat_req_parse() (and as the body of the other surfaces' translators:
+ * /v1/completions, the Ollama API's /api/chat and /api/generate translators,
+ * /v1/responses), then what the handler does with the result: the template
  * params it built, the budget, and the response builders fed with the request's
  * own strings and with the raw input bytes (invalid UTF-8 included). Any crash,
  * leak or sanitizer report is a bug. A refusal must be a one-line message whose
@@ -7,6 +9,9 @@
  * hold the invariants the worker relies on; every body must parse back as JSON. */
 #include "api/chat-req.h"
 #include "api/chat-resp.h"
+#include "api/completions.h"
+#include "api/ollama.h"
+#include "api/responses.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -71,7 +76,8 @@ static void check_refusal(const struct api_bad_request *bad)
     free(body);
 }
 
-static void check_request(const struct api_chat_req *r)
+/* What every surface's request must hold for the worker. */
+static void check_common(const struct api_chat_req *r)
 {
     if (r->n_stop < 0 || r->n_stop > UT_MAX_STOP || r->max_tokens < 0)
         abort();
@@ -95,6 +101,18 @@ static void check_request(const struct api_chat_req *r)
         s->top_k < 0 || !(s->min_p >= 0 && s->min_p < 1) || !(s->repetition_penalty > 0) ||
         !(s->presence_penalty >= -2 && s->presence_penalty <= 2) ||
         !(s->frequency_penalty >= -2 && s->frequency_penalty <= 2))
+        abort();
+    size_t stop_bytes = 0;
+    for (int i = 0; i < r->n_stop; i++)
+        stop_bytes += r->stop[i].len;
+    if (stop_bytes > UT_MAX_STOP_BYTES || !r->model || (r->include_usage && !r->stream))
+        abort();
+}
+
+static void check_request(const struct api_chat_req *r)
+{
+    check_common(r);
+    if (r->raw)
         abort();
     switch (r->tool_choice) {
     case API_TOOL_CHOICE_NONE:
@@ -172,6 +190,159 @@ static void build_responses(const struct api_chat_req *r, const char *raw, size_
     }
 }
 
+/* The same bytes as a POST /v1/completions body; an accepted one is framed. */
+static void fuzz_completions(const uint8_t *data, size_t size, const struct api_chat_limits *lim)
+{
+    json_t *body = json_loadb((const char *)data, size, JSON_ALLOW_NUL, NULL);
+    if (!body)
+        return;
+    struct api_completion *c = NULL;
+    struct api_bad_request bad;
+    if (api_completion_parse(body, lim, &c, &bad) != 0) {
+        if (c)
+            abort();
+        check_refusal(&bad);
+        json_decref(body);
+        return;
+    }
+    json_decref(body);
+    check_common(c->req);
+    if (!c->req->raw || (!c->text && !c->n_ids) || (c->text && c->n_ids) ||
+        (c->echo && c->req->logprobs) || c->req->top_logprobs > API_COMPLETION_MAX_LOGPROBS)
+        abort();
+    for (size_t i = 0; i < c->n_ids; i++)
+        if (c->ids[i] < 0 || c->ids[i] >= N_VOCAB)
+            abort();
+    struct api_chat_format *f =
+        api_completion_format_new(c->text, c->text ? c->text_len : 0, c->req->include_usage);
+    if (!f)
+        abort();
+    struct api_chat_ident ci;
+    api_chat_ident_init(&ci, c->req->model, NULL, NULL, c->req->include_usage);
+    struct api_top_logprob top = {c->req->model, strlen(c->req->model), -1.0f};
+    struct api_token_logprob tok = {c->req->model, strlen(c->req->model), -0.5f, &top, 1};
+    struct api_chat_delta d = {.content = c->req->model, .logprobs = c->req->logprobs,
+                               .tokens = &tok, .n_tokens = 1};
+    struct api_usage u = {1, 2, 0, 0};
+    struct api_chat_result res = {.content = c->req->model, .logprobs = c->req->logprobs,
+                                  .tokens = &tok, .n_tokens = 1, .usage = u};
+    char *s = f->start(f->ctx, &ci);
+    if (s)
+        must_event(s);
+    must_event(f->delta(f->ctx, &ci, &d));
+    s = f->end(f->ctx, &ci, API_FINISH_LENGTH, &u, NULL);
+    if (!s || !strstr(s, API_SSE_DONE))
+        abort();
+    free(s);
+    must_parse(f->body(f->ctx, &ci, &res));
+    api_completion_format_free(f->ctx);
+    api_completion_free(c);
+}
+
+/* The same bytes as an Ollama /api/chat or /api/generate body: the translation
+ * must be refused with a one-line reason or give a body the OpenAI parsers then
+ * accept or refuse; the framing renders either way. */
+static void fuzz_ollama(const uint8_t *data, size_t size, const struct api_chat_limits *lim)
+{
+    json_t *body = json_loadb((const char *)data, size, JSON_ALLOW_NUL, NULL);
+    if (!body)
+        return;
+    bool generate = size % 2;
+    enum api_ollama_kind kind;
+    json_t *o = NULL;
+    struct api_bad_request bad;
+    if (api_ollama_translate(body, generate, &kind, &o, &bad) != 0) {
+        if (o)
+            abort();
+        check_refusal(&bad);
+    } else if (kind == API_OLLAMA_LOAD) {
+        if (o)
+            abort();
+    } else if (kind == API_OLLAMA_GENERATE_RAW) {
+        struct api_completion *c = NULL;
+        if (api_completion_parse(o, lim, &c, &bad) == 0)
+            check_common(c->req);
+        else
+            check_refusal(&bad);
+        api_completion_free(c);
+    } else {
+        struct api_chat_req *r = NULL;
+        if (api_chat_req_parse(o, lim, &r, &bad) == 0)
+            check_request(r);
+        else
+            check_refusal(&bad);
+        api_chat_req_free(r);
+    }
+    json_decref(o);
+    json_decref(body);
+    if (size % 7 != 0)
+        return;
+    char *err = api_ollama_error_body("{\"error\":{\"message\":\"x\"}}");
+    must_parse(err);
+    struct api_chat_format *f = api_ollama_format_new(generate, (const char *)"m");
+    struct api_chat_ident ci;
+    api_chat_ident_init(&ci, "m", NULL, NULL, false);
+    char raw[65];
+    size_t n = size < 64 ? size : 64;
+    memcpy(raw, data, n);
+    raw[n] = '\0';
+    struct api_tool_call_delta td = {0, NULL, raw, raw};
+    struct api_chat_delta d = {.content = raw, .reasoning = raw, .tool_calls = &td,
+                               .n_tool_calls = 1};
+    struct api_usage u = {1, 2, 0, 0};
+    char *s = f->delta(f->ctx, &ci, &d);
+    if (!s)
+        abort();
+    must_parse(s);
+    s = f->end(f->ctx, &ci, API_FINISH_STOP, &u, NULL);
+    must_parse(s);
+    api_ollama_format_free(f->ctx);
+}
+
+/* The same bytes as a /v1/responses body: translated, parsed as chat, framed. */
+static void fuzz_responses(const uint8_t *data, size_t size, const struct api_chat_limits *lim)
+{
+    json_t *body = json_loadb((const char *)data, size, JSON_ALLOW_NUL, NULL);
+    if (!body)
+        return;
+    json_t *chat = NULL, *echo = NULL;
+    struct api_bad_request bad;
+    struct api_chat_req *r = NULL;
+    if (api_responses_translate(body, &chat, &echo, &bad) != 0) {
+        if (chat || echo)
+            abort();
+        check_refusal(&bad);
+    } else if (api_chat_req_parse(chat, lim, &r, &bad) == 0) {
+        check_request(r);
+    } else {
+        check_refusal(&bad);
+    }
+    json_decref(body);
+    json_decref(chat);
+    if (echo && size % 5 == 0) {
+        struct api_chat_format *f = api_responses_format_new(echo);
+        struct api_chat_ident ci;
+        api_chat_ident_init(&ci, "m", NULL, NULL, false);
+        struct api_tool_call_delta td = {0, NULL, "f", "{}"};
+        struct api_chat_delta d1 = {.reasoning = "r"}, d2 = {.content = "c"},
+                              d3 = {.tool_calls = &td, .n_tool_calls = 1};
+        struct api_usage u = {1, 2, 0, 0};
+        free(f->start(f->ctx, &ci));
+        free(f->delta(f->ctx, &ci, &d1));
+        free(f->delta(f->ctx, &ci, &d2));
+        free(f->delta(f->ctx, &ci, &d3));
+        char *s = f->end(f->ctx, &ci, (enum api_finish_reason)(size % 3), &u, NULL);
+        if (!s)
+            abort();
+        free(s);
+        struct api_chat_result res = {.content = "c", .reasoning = "r", .usage = u};
+        must_parse(f->body(f->ctx, &ci, &res));
+        api_responses_format_free(f->ctx);
+    }
+    json_decref(echo);
+    api_chat_req_free(r);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char *raw = malloc(size + 1);
@@ -207,6 +378,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     }
     build_responses(r, raw, n, size ? data[size - 1] + (unsigned)size : 0);
+    fuzz_completions(data, size, &lim);
+    fuzz_ollama(data, size, &lim);
+    fuzz_responses(data, size, &lim);
     api_chat_req_free(r);
     json_decref(body);
     free(raw);

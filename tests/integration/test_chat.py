@@ -180,7 +180,7 @@ def bad_requests_name_param():
         (dict(top_p=0), "top_p"),
         (dict(max_tokens=0), "max_tokens"),
         (dict(n=2), "n"),
-        (dict(stop=["a", "b", "c", "d", "e"]), "stop"),
+        (dict(stop=["s%d" % i for i in range(17)]), "stop"),  # 16 at most
         (dict(messages=[]), "messages"),
         (dict(messages=[{"role": "wizard", "content": "x"}]), "messages[0].role"),
         (dict(logit_bias={"99999": 1}), "logit_bias.99999"),
