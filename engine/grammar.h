@@ -29,6 +29,8 @@
 #include "engine/tokenizer.h"
 
 #define ENG_GRAM_MAX_REPEAT 4096   /* the largest m or n in x{m,n} */
+#define ENG_GRAM_MAX_CALLS 8       /* tool calls in one answer (a bound that lets any
+                                      model finish) */
 
 typedef struct eng_grammar eng_grammar;
 
@@ -59,7 +61,7 @@ int eng_gram_from_schema(const json_t *schema, char **gbnf, struct eng_gram_refu
  * parameters following its tool's `parameters` schema (string values as plain text
  * without '<', '&' or newlines, or in CDATA; other types as JSON, which the output
  * parser types back). `only`: just the function of that name (NULL: any).
- * `max_calls`: 1 for parallel_tool_calls false, 0 for no limit. Same returns as
+ * `max_calls`: 1 for parallel_tool_calls false, 0 for ENG_GRAM_MAX_CALLS. Same returns as
  * eng_gram_from_schema (paths start at "tools[i].function.parameters"). */
 int eng_gram_from_tools(const json_t *tools, const char *only, int max_calls, char **gbnf,
                         struct eng_gram_refusal *why);
@@ -84,13 +86,15 @@ int eng_gram_matcher_new(eng_grammar *g, const eng_gram_vocab *v, const int32_t 
                          int n_stop_ids, eng_gram_matcher **out);
 void eng_gram_matcher_free(eng_gram_matcher *m);
 
-/* The allowed tokens now: bit id of `mask` ((n_vocab + 31) / 32 words) is set for
- * each. Returns how many, 0 when none (a dead end: cannot happen for a grammar
+/* The allowed tokens now: bit id of `mask` ((n + 31) / 32 words, n = the
+ * vocabulary size or the largest stop id + 1 if larger) is set for each. Returns how many, 0 when none (a dead end: cannot happen for a grammar
  * every byte string of which the vocabulary can spell). */
 int eng_gram_matcher_mask(eng_gram_matcher *m, uint32_t *mask);
 
-/* Set logits[id] = -inf for every token not allowed now. Returns the count allowed. */
-int eng_gram_matcher_apply(eng_gram_matcher *m, float *logits);
+/* Set logits[id] = -inf for every token not allowed now (ids the tokenizer does not
+ * spell included: a model's vocabulary may be larger). Returns the count allowed,
+ * or -ENOMEM. */
+int eng_gram_matcher_apply(eng_gram_matcher *m, float *logits, int32_t n_logits);
 
 /* Advance by one token (a stop id: only where complete). Returns 0, or -EINVAL
  * when the token is not allowed (the state is then unchanged). */

@@ -227,6 +227,7 @@ struct eng_gram_matcher {
     const eng_gram_vocab *v;
     int32_t *stop_ids;
     int n_stop_ids;
+    int32_t n_ids;            /* the vocabulary and the stop ids: the mask's bits */
     int words;                /* mask words */
 
     struct node *nodes;       /* nodes[0] is the empty stack */
@@ -436,7 +437,11 @@ int eng_gram_matcher_new(eng_grammar *g, const eng_gram_vocab *v, const int32_t 
         return -ENOMEM;
     m->g = eng_grammar_ref(g);
     m->v = v;
-    m->words = (v->n_vocab + 31) / 32;
+    m->n_ids = v->n_vocab;
+    for (int i = 0; i < n_stop_ids; i++)
+        if (stop_ids[i] >= m->n_ids && stop_ids[i] < INT32_MAX / 2)
+            m->n_ids = stop_ids[i] + 1;
+    m->words = (m->n_ids + 31) / 32;
     m->n_stop_ids = n_stop_ids;
     m->stop_ids = malloc(((size_t)n_stop_ids + 1) * sizeof *m->stop_ids);
     m->level_id = calloc((size_t)v->max_depth + 1, sizeof *m->level_id);
@@ -645,7 +650,7 @@ static int compute_mask(eng_gram_matcher *m, uint32_t *mask)
     }
     if (m->cur.complete)
         for (int i = 0; i < m->n_stop_ids; i++)
-            if (m->stop_ids[i] >= 0 && m->stop_ids[i] < v->n_vocab &&
+            if (m->stop_ids[i] >= 0 && m->stop_ids[i] < m->n_ids &&
                 !((mask[m->stop_ids[i] >> 5] >> (m->stop_ids[i] & 31)) & 1)) {
                 set_bit(mask, m->stop_ids[i]);
                 count++;
@@ -688,13 +693,15 @@ int eng_gram_matcher_mask(eng_gram_matcher *m, uint32_t *mask)
     return count;
 }
 
-int eng_gram_matcher_apply(eng_gram_matcher *m, float *logits)
+int eng_gram_matcher_apply(eng_gram_matcher *m, float *logits, int32_t n_logits)
 {
     uint32_t *mask = malloc((size_t)m->words * sizeof *mask);
     if (!mask)
         return -ENOMEM;
     int count = eng_gram_matcher_mask(m, mask);
-    int32_t n = m->v->n_vocab;
+    int32_t n = m->n_ids < n_logits ? m->n_ids : n_logits;
+    for (int32_t id = n; id < n_logits; id++) /* ids the tokenizer does not spell */
+        logits[id] = -INFINITY;
     for (int w = 0; w < m->words; w++) {
         uint32_t bits = mask[w];
         if (bits == 0xFFFFFFFFu)
@@ -745,11 +752,11 @@ int eng_gram_matcher_accept_bytes(eng_gram_matcher *m, const char *s, size_t n)
 
 int eng_gram_matcher_accept(eng_gram_matcher *m, int32_t id)
 {
-    if (id < 0 || id >= m->v->n_vocab)
-        return -EINVAL;
     for (int i = 0; i < m->n_stop_ids; i++)
         if (m->stop_ids[i] == id)
             return m->cur.complete ? 0 : -EINVAL;
+    if (id < 0 || id >= m->v->n_vocab)
+        return -EINVAL;
     if (m->v->len[id] == 0)
         return -EINVAL;
     return eng_gram_matcher_accept_bytes(m, m->v->bytes + m->v->off[id], m->v->len[id]);

@@ -870,7 +870,6 @@ int eng_gram_from_schema(const json_t *schema, char **gbnf, struct eng_gram_refu
     if (sc_init(&c, schema, false, why))
         return -ENOMEM;
     ut_buf body = {0};
-    ut_buf_adds(&body, "ws ");
     if (!schema) {
         ut_buf_adds(&body, "jobject0");
     } else {
@@ -968,8 +967,9 @@ int eng_gram_from_tools(const json_t *tools, const char *only, int max_calls, ch
         sc_define(&c, call, &alts);
     ut_buf_free(&alts);
     if (max_calls == 1)
-        ut_buf_printf(&c.out, "root ::= ws r%d\n", call);
+        ut_buf_printf(&c.out, "root ::= r%d\n", call);
     else
-        ut_buf_printf(&c.out, "root ::= ws r%d (ws r%d)*\n", call, call);
+        ut_buf_printf(&c.out, "root ::= r%d (ws r%d){0,%d}\n", call, call,
+                      (max_calls > 1 ? max_calls : ENG_GRAM_MAX_CALLS) - 1);
     return finish(&c, gbnf);
 }
