@@ -208,10 +208,13 @@ struct setrec {
     uint32_t off;
     int n;
     struct gr_set first;
+    uint32_t *next;           /* NULL, or (256) the set after each byte: UNKNOWN, DEAD
+                                 or an id */
 };
 
 #define DEAD 0xFFFFFFFFu
-#define MEMO_MAX (1u << 22)   /* memo entries before it is cleared */
+#define UNKNOWN 0xFFFFFFFEu
+#define MEMO_MAX 8192         /* successor tables (1 KB each) before they are cleared */
 
 struct mask_slot {
     uint64_t hash;
@@ -248,9 +251,7 @@ struct eng_gram_matcher {
     size_t n_pool, cap_pool;
     uint32_t *rec_table;      /* rec index + 1; 0 = free */
     size_t rec_table_cap;
-    uint64_t *memo_key;       /* (set << 8 | byte) + 1; 0 = free */
-    uint32_t *memo_val;       /* a set, or DEAD */
-    size_t memo_cap, memo_n;
+    size_t memo_n;            /* successor tables allocated */
     uint32_t *level_id;       /* (max_depth + 1) */
 
     struct mask_slot cache[MASK_CACHE];
@@ -283,6 +284,8 @@ static int table_grow(eng_gram_matcher *m)
     m->table_cap = cap;
     return 0;
 }
+
+static void memo_clear(eng_gram_matcher *m);
 
 /* The node {pos, parent}, made once. Returns its id, or 0 with m->overflow set. */
 static uint32_t intern(eng_gram_matcher *m, uint32_t pos, uint32_t parent)
@@ -495,11 +498,10 @@ void eng_gram_matcher_free(eng_gram_matcher *m)
         free(m->cache[i].key);
         free(m->cache[i].mask);
     }
+    memo_clear(m);
     free(m->recs);
     free(m->pool);
     free(m->rec_table);
-    free(m->memo_key);
-    free(m->memo_val);
     free(m->level_id);
     free(m->nodes);
     free(m->table);
@@ -520,11 +522,11 @@ static uint64_t set_hash(const struct sset *s)
 
 static void memo_clear(eng_gram_matcher *m)
 {
+    for (size_t i = 0; i < m->n_recs; i++)
+        free(m->recs[i].next);
     m->n_recs = m->n_pool = m->memo_n = 0;
     if (m->rec_table)
         memset(m->rec_table, 0, m->rec_table_cap * sizeof *m->rec_table);
-    if (m->memo_key)
-        memset(m->memo_key, 0, m->memo_cap * sizeof *m->memo_key);
 }
 
 static int rec_table_grow(eng_gram_matcher *m)
@@ -563,60 +565,31 @@ static uint32_t set_intern(eng_gram_matcher *m, const struct sset *s)
                 4096))
         return DEAD;
     memcpy(m->pool + m->n_pool, s->id, (size_t)s->n * sizeof *s->id);
-    m->recs[m->n_recs] = (struct setrec){h, (uint32_t)m->n_pool, s->n, s->first};
+    m->recs[m->n_recs] = (struct setrec){h, (uint32_t)m->n_pool, s->n, s->first, NULL};
     m->n_pool += (size_t)s->n;
     m->rec_table[i] = (uint32_t)m->n_recs + 1;
     return (uint32_t)m->n_recs++;
 }
 
-static int memo_grow(eng_gram_matcher *m)
-{
-    size_t cap = m->memo_cap ? 2 * m->memo_cap : 1 << 14;
-    uint64_t *k = calloc(cap, sizeof *k);
-    uint32_t *v = malloc(cap * sizeof *v);
-    if (!k || !v) {
-        free(k);
-        free(v);
-        return -ENOMEM;
-    }
-    for (size_t i = 0; i < m->memo_cap; i++) {
-        if (!m->memo_key[i])
-            continue;
-        size_t h = mix(m->memo_key[i]) & (cap - 1);
-        while (k[h])
-            h = (h + 1) & (cap - 1);
-        k[h] = m->memo_key[i];
-        v[h] = m->memo_val[i];
-    }
-    free(m->memo_key);
-    free(m->memo_val);
-    m->memo_key = k;
-    m->memo_val = v;
-    m->memo_cap = cap;
-    return 0;
-}
-
-/* advance() by set id, memoised. Returns the next set's id, or DEAD. */
+/* advance() by set id, memoised in the set's own table of 256 successors.
+ * Returns the next set's id, or DEAD. */
 static uint32_t advance_id(eng_gram_matcher *m, uint32_t sid, unsigned b)
 {
-    uint64_t key = (((uint64_t)sid << 8) | b) + 1;
-    size_t mask = m->memo_cap - 1, h = mix(key) & mask;
-    for (; m->memo_key[h]; h = (h + 1) & mask)
-        if (m->memo_key[h] == key)
-            return m->memo_val[h];
+    uint32_t *next = m->recs[sid].next;
+    if (next && next[b] != UNKNOWN)
+        return next[b];
+    if (!next) {
+        if (!(next = malloc(256 * sizeof *next)))
+            return DEAD;
+        for (int i = 0; i < 256; i++)
+            next[i] = UNKNOWN;
+        m->recs[sid].next = next;
+        m->memo_n++;
+    }
     const struct setrec *r = &m->recs[sid];
     struct sset in = {m->pool + r->off, r->n, r->n, r->first, false};
     uint32_t out = advance(m, &in, b, &m->tmp2) ? set_intern(m, &m->tmp2) : DEAD;
-    if (2 * (m->memo_n + 1) > m->memo_cap) {
-        if (memo_grow(m))
-            return out;
-        mask = m->memo_cap - 1;
-        for (h = mix(key) & mask; m->memo_key[h]; h = (h + 1) & mask)
-            ;
-    }
-    m->memo_key[h] = key;
-    m->memo_val[h] = out;
-    m->memo_n++;
+    m->recs[sid].next[b] = out; /* set_intern may have moved recs, not the table */
     return out;
 }
 
@@ -626,10 +599,8 @@ static int compute_mask(eng_gram_matcher *m, uint32_t *mask)
     const eng_gram_vocab *v = m->v;
     memset(mask, 0, (size_t)m->words * sizeof *mask);
     int count = 0;
-    if (m->memo_n > MEMO_MAX || m->n_pool > 4 * MEMO_MAX)
+    if (m->memo_n > MEMO_MAX || m->n_pool > 512 * MEMO_MAX)
         memo_clear(m);
-    if (!m->memo_cap && memo_grow(m))
-        return -ENOMEM;
     uint32_t *lv = m->level_id;
     lv[0] = set_intern(m, &m->cur);
     if (lv[0] == DEAD)
