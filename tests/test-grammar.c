@@ -304,6 +304,7 @@ MCD_TEST(schema, refusals_name_keyword_and_path)
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"uniqueItems\":true}}}",
          "uniqueItems", "#/properties/a"},
         {"{\"type\":\"string\",\"pattern\":\"(?=a)\"}", "pattern", "#"},
+        {"{\"type\":\"string\",\"pattern\":\"^[e-c]\"}", "pattern", "#"}, /* fuzz-schema */
         {"{\"type\":\"string\",\"pattern\":\"a\\\\1\"}", "pattern", "#"},
         {"{\"$ref\":\"#/$defs/nope\"}", "$ref", "#"},
         {"{\"not\":{}}", "not", "#"},

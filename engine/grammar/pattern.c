@@ -13,6 +13,7 @@
  * hold those. In raw mode (tool-call XML) '<', '&' and newlines are left out. */
 #include "engine/grammar/schema-impl.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -146,6 +147,7 @@ static int literal(struct rx *r, unsigned char ch)
 }
 
 static int alternatives(struct rx *r);
+static int translate(struct rx *r);
 
 static int atom(struct rx *r)
 {
@@ -290,10 +292,51 @@ static int alternatives(struct rx *r)
     }
 }
 
-int sc_pattern(struct sc *c, const char *pattern, const char *path, bool raw, ut_buf *b)
+/* The translation must compile (a class range written backwards, say, passes the
+ * scan above): tried alone, with stand-ins for the shared rules it names. */
+static int try_compile(struct rx *r, const ut_buf *frag)
 {
-    struct rx r = {.c = c, .p = pattern, .start = pattern, .path = path, .raw = raw, .b = b};
-    const char *any = raw ? "xchar*" : "jchar*";
+    ut_buf t = {0};
+    ut_buf_printf(&t, "root ::= %s\njchar ::= \"a\"\nxchar ::= \"a\"\n", frag->p ? frag->p : "");
+    if (t.oom) {
+        ut_buf_free(&t);
+        return r->c->rc = -ENOMEM;
+    }
+    char err[256];
+    eng_grammar *g = NULL;
+    int rc = eng_grammar_parse(t.p, t.n, &g, err, sizeof err);
+    ut_buf_free(&t);
+    eng_grammar_free(g);
+    if (rc == -ENOMEM)
+        return r->c->rc = -ENOMEM;
+    if (rc) {
+        char what[300];
+        snprintf(what, sizeof what, "what the grammar refuses (%s)", err);
+        return bad(r, what);
+    }
+    return 0;
+}
+
+int sc_pattern(struct sc *c, const char *pattern, const char *path, bool raw, ut_buf *out)
+{
+    ut_buf frag = {0};
+    struct rx r = {.c = c, .p = pattern, .start = pattern, .path = path, .raw = raw, .b = &frag};
+    int rc = translate(&r);
+    if (!rc)
+        rc = try_compile(&r, &frag);
+    if (!rc)
+        ut_buf_add(out, frag.p, frag.n);
+    ut_buf_free(&frag);
+    return rc;
+}
+
+/* The whole pattern: anchors, and any characters where it is not anchored. */
+static int translate(struct rx *r0)
+{
+    struct rx r = *r0;
+    struct sc *c = r.c;
+    ut_buf *b = r.b;
+    const char *any = r.raw ? "xchar*" : "jchar*";
     bool head = *r.p == '^';
     if (head)
         r.p++;

@@ -28,11 +28,8 @@ static eng_gram_vocab *voc;
 
 static void init(void)
 {
-    const char *file = __FILE__;
-    const char *slash = strrchr(file, '/');
     char path[4096], err[256];
-    snprintf(path, sizeof path, "%.*s/../data/tiny-tokenizer.json",
-             slash ? (int)(slash - file) : 1, slash ? file : ".");
+    snprintf(path, sizeof path, "%s/tiny-tokenizer.json", MCD_TEST_DATA);
     if (eng_tokenizer_load(path, &tok, err, sizeof err)) {
         fprintf(stderr, "fuzz-grammar: %s\n", err);
         abort();

@@ -291,6 +291,37 @@ def thinking_then_json():
     stop_ok(d)
 
 
+@test
+def grammar_survives_a_replay():
+    """A device fault in decode (sim, a TIMEOUT at token 4) makes the worker reset,
+    halve K and replay the KV cache; the grammar state is the request's and is not
+    replayed: the answer is the same as without the fault, and valid."""
+    d = Daemon(["--device", "sim", "--fault", "phase=decode,token=4,state=TIMEOUT"])
+    d.args += ["--model", generated_pack("deep")]
+    d.start()
+    wait_ready(d, 30)
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 100,
+                                                     "maximum": 99999},
+                                               "b": {"type": "boolean"}},
+              "required": ["n", "b"], "additionalProperties": False}
+    rf = {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}
+    outs = []
+    for _ in range(2):
+        r = d.post("/v1/chat/completions", headers=JSON, timeout=120,
+                   data=json.dumps({"model": "deep", "messages": [{"role": "user",
+                                                                  "content": "hi"}],
+                                    "temperature": 1.0, "seed": 42, "max_tokens": 400,
+                                    "response_format": rf}))
+        eq(r.status, 200, "status: %r" % r.body[:300])
+        c = r.json()["choices"][0]
+        eq(c["finish_reason"], "stop", "finish_reason")
+        jsonschema.validate(json.loads(c["message"]["content"]), schema)
+        outs.append(c["message"]["content"])
+    check("replaying" in d.log(), "no replay in the log")
+    eq(outs[0], outs[1], "the answer after a replay")
+    stop_ok(d)
+
+
 def refused(d, param, words, **kw):
     r = chat(d, **kw)
     eq(r.status, 400, "status for %r" % kw)
