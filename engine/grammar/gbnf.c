@@ -765,7 +765,8 @@ int eng_grammar_parse(const char *text, size_t len, eng_grammar **out, char *err
     g->el[k] = GR_EL(GR_END, 0);
     g->n_el = (int)k;
     g->n_rules = (int)ps.n_rules;
-    memcpy(g->sets, ps.sets, ps.n_sets * sizeof *g->sets);
+    if (ps.n_sets) /* none in a grammar of empty rules */
+        memcpy(g->sets, ps.sets, ps.n_sets * sizeof *g->sets);
     g->n_sets = (int)ps.n_sets;
     g->root = root;
     atomic_init(&g->refs, 1);

@@ -391,6 +391,22 @@ static int sub(struct sc *c, const json_t *s, const char *path, bool raw, int de
     return rc;
 }
 
+/* The schema at path/kw when it is an object (a rule), else any value; into an
+ * empty `out`, freed on failure. */
+static int sub_or_any(struct sc *c, const json_t *s, const char *path, const char *kw,
+                      int depth, ut_buf *out)
+{
+    if (!json_is_object(s)) {
+        ut_buf_adds(out, "jvalue1");
+        return 0;
+    }
+    char p[320];
+    snprintf(p, sizeof p, "%.200s/%s", path, kw);
+    if (sub(c, s, p, false, depth, out))
+        ut_buf_free(out);
+    return c->rc;
+}
+
 /* A JSON pointer inside the root schema ("#", "#/$defs/a", "#/definitions/a~1b"). */
 static const json_t *resolve(struct sc *c, const char *ref)
 {
@@ -523,15 +539,8 @@ static int gen_object(struct sc *c, const json_t *s, const char *path, int depth
             return 0;
         }
         ut_buf value = {0};
-        if (json_is_object(addl)) {
-            snprintf(p, sizeof p, "%.200s/additionalProperties", path);
-            if (sub(c, addl, p, false, depth, &value)) {
-                ut_buf_free(&value);
-                return c->rc;
-            }
-        } else {
-            ut_buf_adds(&value, "jvalue1");
-        }
+        if (sub_or_any(c, addl, path, "additionalProperties", depth, &value))
+            return c->rc;
         ut_buf_printf(b, "\"{\" ws (jstring ws \":\" ws %s (ws \",\" ws jstring ws \":\" ws %s)*)? "
                          "ws \"}\"", value.p, value.p);
         ut_buf_free(&value);
@@ -610,15 +619,8 @@ static int gen_array(struct sc *c, const json_t *s, const char *path, int depth,
                                            "schemas is 'prefixItems' now)", path);
     ut_buf item = {0};
     bool no_more = json_is_false(items);
-    if (json_is_object(items)) {
-        snprintf(p, sizeof p, "%.200s/items", path);
-        if (sub(c, items, p, false, depth, &item)) {
-            ut_buf_free(&item);
-            return c->rc;
-        }
-    } else {
-        ut_buf_adds(&item, "jvalue1");
-    }
+    if (sub_or_any(c, items, path, "items", depth, &item))
+        return c->rc;
     long long k = (long long)json_array_size(prefix);
     if (no_more && (mx < 0 || mx > k))
         mx = k;
