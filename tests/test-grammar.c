@@ -92,6 +92,14 @@ MCD_TEST(gbnf, utf8_classes, .init = setup, .fini = teardown)
     cr_assert_eq(matchs(g, "\xed\xa0\x80"), -1);      /* nor a surrogate */
     cr_assert_eq(matchs(g, "\xc0\x80"), -1);          /* nor an overlong form */
     eng_grammar_free(g);
+    g = compile("root ::= [^] \"x\"\n"); /* an empty negated class: any character */
+    cr_assert_eq(matchs(g, "\xc3\xa9x"), 1);
+    cr_assert_eq(matchs(g, "x"), 0);
+    eng_grammar_free(g);
+    g = compile("root ::= \n"); /* the empty language of one empty sentence */
+    cr_assert_eq(matchs(g, ""), 1);
+    cr_assert_eq(matchs(g, "a"), -1);
+    eng_grammar_free(g);
 }
 
 MCD_TEST(gbnf, refusals, .init = setup, .fini = teardown)

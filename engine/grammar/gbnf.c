@@ -347,7 +347,8 @@ static int parse_class(struct parser *ps, int rule)
         return ps->rc;
     }
     ps->p++; /* ] */
-    qsort(r, n, sizeof *r, by_lo);
+    if (n > 1)
+        qsort(r, n, sizeof *r, by_lo);
     if (neg) { /* the complement in 0 .. 0x10FFFF */
         struct range *c = malloc((n + 1) * sizeof *c);
         if (!c) {
