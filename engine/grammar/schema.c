@@ -33,7 +33,6 @@
 #define ANY_DEPTH 5
 #define MAX_NEST 64                 /* schema objects inside each other */
 #define MAX_TEXT (8u << 20)         /* grammar bytes */
-#define INT_BOUND 999999999999999LL /* 15 digits: the default integer range */
 
 int sc_refuse(struct sc *c, const char *keyword, const char *path, const char *fmt, ...)
 {
@@ -65,12 +64,12 @@ void sc_lit(ut_buf *b, const char *s, size_t n)
     ut_buf_addc(b, '"');
 }
 
-static void lits(ut_buf *b, const char *s) { sc_lit(b, s, strlen(s)); }
+void sc_lits(ut_buf *b, const char *s) { sc_lit(b, s, strlen(s)); }
 
-static int sc_new_rule(struct sc *c) { return c->n_rules++; }
+int sc_new_rule(struct sc *c) { return c->n_rules++; }
 
 /* "rN ::= body\n" */
-static int sc_define(struct sc *c, int rule, const ut_buf *body)
+int sc_define(struct sc *c, int rule, const ut_buf *body)
 {
     if (body->oom)
         c->rc = -ENOMEM;
@@ -140,7 +139,7 @@ static bool in_list(const char *k, const char *const *list, size_t n)
 
 #define N_OF(a) (sizeof(a) / sizeof *(a))
 
-static int check_keywords(struct sc *c, const json_t *s, const char *path)
+int sc_check_keywords(struct sc *c, const json_t *s, const char *path)
 {
     const char *k;
     const json_t *v;
@@ -176,128 +175,6 @@ static int count_kw(struct sc *c, const json_t *s, const char *k, const char *pa
         return 0;
     if (!get_count(s, k, out) || *out < 0)
         return sc_refuse(c, k, path, "'%s' at %s must be a non-negative integer", k, path);
-    return 0;
-}
-
-/* ---- integers -------------------------------------------------------------------------- */
-
-/* Same-length decimal strings lo <= hi: the alternatives matching lo..hi. */
-static void digits_range(ut_buf *b, const char *lo, const char *hi, size_t n)
-{
-    if (n == 0)
-        return;
-    if (memcmp(lo, hi, n) == 0) {
-        sc_lit(b, lo, n);
-        return;
-    }
-    if (lo[0] == hi[0]) {
-        ut_buf_printf(b, "\"%c\" ", lo[0]);
-        digits_range(b, lo + 1, hi + 1, n - 1);
-        return;
-    }
-    bool lo_all0 = strspn(lo + 1, "0") >= n - 1, hi_all9 = strspn(hi + 1, "9") >= n - 1;
-    char a = lo_all0 ? lo[0] : (char)(lo[0] + 1), z = hi_all9 ? hi[0] : (char)(hi[0] - 1);
-    ut_buf_addc(b, '(');
-    bool first = true;
-    if (!lo_all0) {
-        char nines[32];
-        memset(nines, '9', n - 1);
-        ut_buf_printf(b, "\"%c\" (", lo[0]);
-        digits_range(b, lo + 1, nines, n - 1);
-        ut_buf_addc(b, ')');
-        first = false;
-    }
-    if (a <= z) {
-        ut_buf_printf(b, "%s[%c-%c]", first ? "" : " | ", a, z);
-        if (n > 1)
-            ut_buf_printf(b, " [0-9]{%zu}", n - 1);
-        first = false;
-    }
-    if (!hi_all9) {
-        char zeros[32];
-        memset(zeros, '0', n - 1);
-        ut_buf_printf(b, "%s\"%c\" (", first ? "" : " | ", hi[0]);
-        digits_range(b, zeros, hi + 1, n - 1);
-        ut_buf_addc(b, ')');
-    }
-    ut_buf_addc(b, ')');
-}
-
-/* 0 <= lo <= hi: alternatives by digit count. */
-static void nonneg_range(ut_buf *b, long long lo, long long hi, bool *first)
-{
-    long long p = 1; /* 10^(len-1) */
-    for (int len = 1; len <= 18 && lo <= hi; len++, p *= 10) {
-        long long top = p * 10 - 1;
-        if (lo > top)
-            continue;
-        long long a = lo, z = hi < top ? hi : top;
-        char sa[32], sz[32];
-        snprintf(sa, sizeof sa, "%lld", a);
-        snprintf(sz, sizeof sz, "%lld", z);
-        ut_buf_adds(b, *first ? "(" : " | (");
-        digits_range(b, sa, sz, strlen(sa));
-        ut_buf_addc(b, ')');
-        *first = false;
-        lo = z + 1;
-    }
-}
-
-static void sc_int_range(ut_buf *b, long long lo, long long hi)
-{
-    bool first = true;
-    ut_buf_addc(b, '(');
-    if (lo < 0) { /* -(1 .. -lo) or -(-hi .. -lo) */
-        long long a = hi < 0 ? -hi : 1, z = -lo;
-        ut_buf_adds(b, "\"-\" (");
-        bool f2 = true;
-        nonneg_range(b, a, z, &f2);
-        ut_buf_addc(b, ')');
-        first = false;
-    }
-    if (hi >= 0) {
-        if (!first)
-            ut_buf_adds(b, " | ");
-        bool f2 = true;
-        ut_buf_addc(b, '(');
-        nonneg_range(b, lo > 0 ? lo : 0, hi, &f2);
-        ut_buf_addc(b, ')');
-    }
-    ut_buf_addc(b, ')');
-}
-
-/* The bounds of an integer (or integral number) schema, in [-INT_BOUND, INT_BOUND]. */
-static int int_bounds(struct sc *c, const json_t *s, const char *path, long long *lo,
-                      long long *hi, bool *bounded)
-{
-    *lo = -INT_BOUND;
-    *hi = INT_BOUND;
-    *bounded = false;
-    static const char *const kw[] = {"minimum", "exclusiveMinimum", "maximum",
-                                     "exclusiveMaximum"};
-    for (int i = 0; i < 4; i++) {
-        const json_t *v = json_object_get(s, kw[i]);
-        if (!v)
-            continue;
-        if (json_is_boolean(v)) /* draft 4's boolean exclusives */
-            return sc_refuse(c, kw[i], path, "a boolean '%s' at %s (draft 4) is not supported",
-                             kw[i], path);
-        if (!json_is_number(v))
-            return sc_refuse(c, kw[i], path, "'%s' at %s must be a number", kw[i], path);
-        double x = json_number_value(v);
-        *bounded = true;
-        if (i < 2) {
-            double m = i == 0 ? ceil(x) : floor(x) + 1;
-            if (m > (double)*lo)
-                *lo = m > (double)INT_BOUND ? INT_BOUND + 1 : (long long)m;
-        } else {
-            double m = i == 2 ? floor(x) : ceil(x) - 1;
-            if (m < (double)*hi)
-                *hi = m < (double)-INT_BOUND ? -INT_BOUND - 1 : (long long)m;
-        }
-    }
-    if (*lo > *hi)
-        return sc_refuse(c, "minimum", path, "the range at %s holds no integer", path);
     return 0;
 }
 
@@ -378,7 +255,7 @@ static int gen_string(struct sc *c, const json_t *s, const char *path, bool raw,
 static int gen(struct sc *c, const json_t *s, const char *path, bool raw, int depth, ut_buf *b);
 
 /* A new rule for the schema at `path`; its name appended to b. */
-static int sub(struct sc *c, const json_t *s, const char *path, bool raw, int depth, ut_buf *b)
+int sc_sub(struct sc *c, const json_t *s, const char *path, bool raw, int depth, ut_buf *b)
 {
     int r = sc_new_rule(c);
     ut_buf body = {0};
@@ -402,7 +279,7 @@ static int sub_or_any(struct sc *c, const json_t *s, const char *path, const cha
     }
     char p[320];
     snprintf(p, sizeof p, "%.200s/%s", path, kw);
-    if (sub(c, s, p, false, depth, out))
+    if (sc_sub(c, s, p, false, depth, out))
         ut_buf_free(out);
     return c->rc;
 }
@@ -489,7 +366,7 @@ static void json_lit(struct sc *c, const json_t *v, bool raw, ut_buf *b)
         c->rc = -ENOMEM;
         return;
     }
-    lits(b, t);
+    sc_lits(b, t);
     free(t);
 }
 
@@ -565,7 +442,7 @@ static int gen_object(struct sc *c, const json_t *s, const char *path, int depth
         ut_buf_adds(&body, " ws \":\" ws ");
         snprintf(p, sizeof p, "%.200s/properties/%.100s", path, pr[i].key);
         if (pr[i].schema)
-            sub(c, pr[i].schema, p, false, depth, &body);
+            sc_sub(c, pr[i].schema, p, false, depth, &body);
         else
             ut_buf_adds(&body, "jvalue1");
         if (!c->rc)
@@ -640,7 +517,7 @@ static int gen_array(struct sc *c, const json_t *s, const char *path, int depth,
         if (j > 0)
             ut_buf_adds(b, "ws \",\" ws ");
         snprintf(p, sizeof p, "%.200s/prefixItems/%lld", path, j);
-        sub(c, json_array_get(prefix, (size_t)j), p, false, depth, b);
+        sc_sub(c, json_array_get(prefix, (size_t)j), p, false, depth, b);
         ut_buf_addc(b, ' ');
     }
     if (!c->rc && (mx < 0 || mx > k)) {
@@ -691,7 +568,7 @@ static int gen_typed(struct sc *c, const json_t *s, const char *path, const char
     }
     long long lo, hi;
     bool bounded;
-    if (int_bounds(c, s, path, &lo, &hi, &bounded))
+    if (sc_int_bounds(c, s, path, &lo, &hi, &bounded))
         return c->rc;
     if (strcmp(type, "number") == 0 && !bounded) {
         ut_buf_adds(b, "jnumber");
@@ -718,7 +595,7 @@ static int gen_alts(struct sc *c, const json_t *list, const char *kw, const char
         if (i)
             ut_buf_adds(b, " | ");
         snprintf(p, sizeof p, "%.200s/%s/%zu", path, kw, i);
-        if (sub(c, v, p, raw, depth, b))
+        if (sc_sub(c, v, p, raw, depth, b))
             return c->rc;
     }
     ut_buf_addc(b, ')');
@@ -740,7 +617,7 @@ static int gen(struct sc *c, const json_t *s, const char *path, bool raw, int de
     if (!json_is_object(s))
         return sc_refuse(c, "schema", path, "the schema at %s must be an object%s", path,
                          json_is_false(s) ? " (false allows nothing)" : "");
-    if (check_keywords(c, s, path))
+    if (sc_check_keywords(c, s, path))
         return c->rc;
     if (json_object_get(s, "$ref"))
         return gen_ref(c, s, path, raw, depth, b);
@@ -772,7 +649,7 @@ static int gen(struct sc *c, const json_t *s, const char *path, bool raw, int de
                              path);
         char p[320];
         snprintf(p, sizeof p, "%.200s/allOf/0", path);
-        return sub(c, json_array_get(all, 0), p, raw, depth, b);
+        return sc_sub(c, json_array_get(all, 0), p, raw, depth, b);
     }
     const json_t *any = json_object_get(s, "anyOf");
     const char *any_kw = "anyOf";
@@ -839,7 +716,7 @@ static int gen(struct sc *c, const json_t *s, const char *path, bool raw, int de
 
 /* ---- the public compilers -------------------------------------------------------------- */
 
-static int finish(struct sc *c, char **gbnf)
+int sc_finish(struct sc *c, char **gbnf)
 {
     if (!c->rc && c->out.oom)
         c->rc = -ENOMEM;
@@ -853,7 +730,7 @@ static int finish(struct sc *c, char **gbnf)
     return 0;
 }
 
-static int sc_init(struct sc *c, const json_t *root, bool xml, struct eng_gram_refusal *why)
+int sc_init(struct sc *c, const json_t *root, bool xml, struct eng_gram_refusal *why)
 {
     static struct eng_gram_refusal dummy;
     *c = (struct sc){.root = root, .xml = xml, .why = why ? why : &dummy};
@@ -875,103 +752,10 @@ int eng_gram_from_schema(const json_t *schema, char **gbnf, struct eng_gram_refu
     if (!schema) {
         ut_buf_adds(&body, "jobject0");
     } else {
-        sub(&c, schema, "#", false, 0, &body);
+        sc_sub(&c, schema, "#", false, 0, &body);
     }
     ut_buf_printf(&c.out, "root ::= %s\n", body.p);
     ut_buf_free(&body);
-    return finish(&c, gbnf);
+    return sc_finish(&c, gbnf);
 }
 
-/* One tool call: <function name="N"> then its parameters in declared order. */
-static int gen_call(struct sc *c, const json_t *fn, size_t index, ut_buf *b)
-{
-    char path[320];
-    const char *name = json_string_value(json_object_get(fn, "name"));
-    const json_t *params = json_object_get(fn, "parameters");
-    snprintf(path, sizeof path, "tools[%zu].function.parameters", index);
-    c->root = params;
-    c->n_refs = 0;
-    char head[400];
-    snprintf(head, sizeof head, "<function name=\"%.300s\">", name ? name : "");
-    lits(b, head);
-    ut_buf_addc(b, ' ');
-    if (params) {
-        if (!json_is_object(params))
-            return sc_refuse(c, "parameters", path, "%s must be an object", path);
-        if (check_keywords(c, params, path))
-            return c->rc;
-        const json_t *type = json_object_get(params, "type");
-        if (type && !(json_is_string(type) && strcmp(json_string_value(type), "object") == 0))
-            return sc_refuse(c, "type", path, "%s must be of type 'object'", path);
-        const json_t *props = json_object_get(params, "properties");
-        const json_t *req = json_object_get(params, "required");
-        const char *k;
-        const json_t *v;
-        size_t i = 0;
-        json_object_foreach((json_t *)props, k, v) {
-            bool required = false;
-            for (size_t j = 0; j < json_array_size(req); j++)
-                required |= json_is_string(json_array_get(req, j)) &&
-                            strcmp(json_string_value(json_array_get(req, j)), k) == 0;
-            char p[400], tag[400];
-            snprintf(p, sizeof p, "%.200s/properties/%.100s", path, k);
-            snprintf(tag, sizeof tag, "<param name=\"%.300s\">", k);
-            int r = sc_new_rule(c);
-            ut_buf body = {0};
-            lits(&body, tag);
-            ut_buf_addc(&body, ' ');
-            /* string values are plain text (raw), others JSON */
-            sub(c, v, p, true, 0, &body);
-            ut_buf_adds(&body, " \"</param>\"");
-            if (!c->rc)
-                sc_define(c, r, &body);
-            ut_buf_free(&body);
-            ut_buf_printf(b, required ? "r%d " : "r%d? ", r);
-            i++;
-        }
-        for (size_t j = 0; j < json_array_size(req); j++) {
-            const char *rk = json_string_value(json_array_get(req, j));
-            if (!rk || !json_object_get(props, rk))
-                return sc_refuse(c, "required", path, "%s requires '%.60s', which is not in its "
-                                                      "properties", path, rk ? rk : "?");
-        }
-    }
-    ut_buf_adds(b, "\"</function>\"");
-    return c->rc;
-}
-
-int eng_gram_from_tools(const json_t *tools, const char *only, int max_calls, char **gbnf,
-                        struct eng_gram_refusal *why)
-{
-    struct sc c;
-    *gbnf = NULL;
-    if (sc_init(&c, NULL, true, why))
-        return -ENOMEM;
-    int call = sc_new_rule(&c);
-    ut_buf alts = {0};
-    size_t i, n = 0;
-    const json_t *t;
-    json_array_foreach(tools, i, t) {
-        const json_t *fn = json_object_get(t, "function");
-        const char *name = json_string_value(json_object_get(fn, "name"));
-        if (!name || (only && strcmp(name, only) != 0))
-            continue;
-        if (n++)
-            ut_buf_adds(&alts, " | ");
-        ut_buf_addc(&alts, '(');
-        if (gen_call(&c, fn, i, &alts))
-            break;
-        ut_buf_addc(&alts, ')');
-    }
-    if (!c.rc && n == 0)
-        sc_refuse(&c, "tools", "tools", "no tool to call");
-    if (!c.rc)
-        sc_define(&c, call, &alts);
-    ut_buf_free(&alts);
-    if (max_calls == 1)
-        ut_buf_printf(&c.out, "root ::= r%d\n", call);
-    else
-        ut_buf_printf(&c.out, "root ::= r%d (ws r%d){0,%d}\n", call, call,
-                      (max_calls > 1 ? max_calls : ENG_GRAM_MAX_CALLS) - 1);
-    return finish(&c, gbnf);
-}
