@@ -1,4 +1,4 @@
-/* JSON Schema -> GBNF, and OpenAI tools -> GBNF for MiniCPM5's tool-call XML.
+/* JSON Schema -> GBNF (tools.c compiles tool calls with the same walk).
  *
  * The shape follows llama.cpp's json-schema-to-grammar (common/json-schema-to-
  * grammar.cpp; nothing copied): one rule per schema object, properties in their
@@ -18,7 +18,7 @@
  * keyword and the path of the schema object holding it: never a grammar that
  * would let through what the schema forbids (oneOf is the exception: compiled as
  * anyOf, so a value matching two branches is possible when the branches overlap).
- * Regex `pattern`s are translated by pattern.c. */
+ * Regex `pattern`s are translated by pattern.c, integer ranges by schema-int.c. */
 #include "engine/grammar/schema-impl.h"
 
 #include <errno.h>
