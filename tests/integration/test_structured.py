@@ -204,16 +204,22 @@ def json_schema_validates_streamed():
 
 @test
 def json_object_parses_as_objects():
+    """Strings in a free-form object are unbounded (README): a random model inside one
+    may run to max_tokens, which ends in length; every answer that stops parses as
+    an object, and most do stop."""
     d = pack_daemon()
+    stopped = 0
     for i in range(20):
         stream = i % 2 == 1
-        content, finish, used, _ = answer(d, stream, seed=i, max_tokens=2000,
+        content, finish, used, _ = answer(d, stream, seed=i, max_tokens=800,
                                           response_format={"type": "json_object"})
         if finish == "length":
-            check(used in (None, 2000), "length after %r tokens", used)
+            check(used in (None, 800), "length after %r tokens", used)
             continue
         eq(finish, "stop", "finish_reason")
         check(isinstance(json.loads(content), dict), "not an object: %r", content)
+        stopped += 1
+    check(stopped >= 10, "only %d of 20 answers stopped", stopped)
     stop_ok(d)
 
 
