@@ -102,4 +102,10 @@ int api__check_tools(const json_t *tools, struct api_bad_request *bad);
 int api__check_tool_choice(const json_t *body, const json_t *tools, struct api_chat_req *r,
                            size_t *named, struct api_bad_request *bad);
 
+/* chat-req-format.c: response_format, parallel_tool_calls and grammar, after
+ * tool_choice: sets r->grammar (required / named tool_choice, a JSON response_format
+ * or a GBNF grammar) and r->response_format. */
+int api__check_format(const json_t *body, const json_t *tools, struct api_chat_req *r,
+                      struct api_bad_request *bad);
+
 #endif

@@ -45,6 +45,12 @@ enum api_tool_choice {
     API_TOOL_CHOICE_FUNCTION,   /* {"type":"function","function":{"name":…}} */
 };
 
+enum api_response_format {
+    API_FORMAT_TEXT = 0,        /* absent, or {"type":"text"} */
+    API_FORMAT_JSON_OBJECT,
+    API_FORMAT_JSON_SCHEMA,
+};
+
 struct api_chat_stop {
     const char *text;           /* borrowed from the body; may hold NUL bytes, matched
                                    as bytes (kept whole, by length) */
@@ -88,6 +94,15 @@ struct api_chat_req {
     const json_t *parser_tools;
 
     const char *user;           /* or NULL */
+
+    /* Structured outputs (chat-req-format.c): what every token must keep the output
+     * in — the tool calls of a "required" or named tool_choice, else a JSON
+     * response_format, else the `grammar` field — or NULL. Owned by the request;
+     * eng_gen_params.grammar takes its own reference. With thinking on it applies
+     * after "</think>". */
+    eng_grammar *grammar;
+    enum api_response_format response_format;
+    bool parallel_tool_calls;   /* default true */
 
     /* What the chat template is given (messages, the tools parser_tools names,
      * add_generation_prompt, enable_thinking), read once: eng_prompt_build() and

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "engine/ert.h"
+#include "engine/grammar.h"
 #include "util/defaults.h"   /* UT_MAX_STOP(_BYTES), UT_MAX_TOP_LOGPROBS */
 
 /* ---- sampling ------------------------------------------------------------------
@@ -83,6 +84,12 @@ struct eng_gen_params {
     int n_stop;                 /* 0 .. UT_MAX_STOP */
     bool logprobs;              /* report each token's logprob */
     int top_logprobs;           /* 0 .. UT_MAX_TOP_LOGPROBS (with logprobs) */
+    /* Constrained decoding (engine/grammar.h): NULL, or the grammar every token
+     * must keep the output in; the request takes a reference. Its mask is applied
+     * to the logits before the sampler chain (bias, penalties, temperature, …); the
+     * stop ids are allowed exactly where the grammar is complete. */
+    eng_grammar *grammar;
+    bool grammar_after_think;   /* the grammar starts after "</think>" (thinking on) */
     void *user;                 /* handed back in every event; never dereferenced */
 };
 

@@ -300,6 +300,8 @@ static void submit(struct chat *c)
         .n_stop = r->n_stop,
         .logprobs = r->logprobs,
         .top_logprobs = r->top_logprobs,
+        .grammar = r->grammar,
+        .grammar_after_think = c->prompt.thinking == ENG_THINKING_ON,
         .user = c,
     };
     p.n_stop_ids = eng_engine_stop_ids(app->eng, &p.stop_ids);

@@ -172,3 +172,63 @@ MCD_TEST(chat_req, tool_definitions)
     api_chat_req_free(ok(BODY(",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
                               "\"ns.tool-1_x\",\"parameters\":null,\"strict\":true}}]")));
 }
+
+/* ---- structured outputs (chat-req-format.c) ------------------------------------- */
+
+MCD_TEST(chat_format, response_format_and_enforced_tool_choice_give_a_grammar)
+{
+    struct api_chat_req *r = ok(BODY(",\"response_format\":{\"type\":\"text\"}"));
+    cr_assert_null(r->grammar);
+    cr_assert_eq(r->response_format, API_FORMAT_TEXT);
+    api_chat_req_free(r);
+    r = ok(BODY(",\"response_format\":{\"type\":\"json_object\"}"));
+    cr_assert_not_null(r->grammar);
+    cr_assert_eq(r->response_format, API_FORMAT_JSON_OBJECT);
+    api_chat_req_free(r);
+    r = ok(BODY(",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":"
+                "\"a-b_1\",\"strict\":true,\"schema\":{\"type\":\"object\",\"properties\":"
+                "{\"x\":{\"type\":\"integer\"}}}}}"));
+    cr_assert_not_null(r->grammar);
+    cr_assert_eq(r->response_format, API_FORMAT_JSON_SCHEMA);
+    api_chat_req_free(r);
+    char body[1024];
+    snprintf(body, sizeof body, BODY("%s,\"tool_choice\":\"required\""), TOOLS);
+    r = ok(body);
+    cr_assert_not_null(r->grammar, "required is enforced");
+    cr_assert(r->parallel_tool_calls);
+    api_chat_req_free(r);
+    snprintf(body, sizeof body, BODY("%s,\"tool_choice\":\"auto\",\"parallel_tool_calls\":false"),
+             TOOLS);
+    r = ok(body);
+    cr_assert_null(r->grammar, "auto is not constrained");
+    cr_assert(!r->parallel_tool_calls);
+    api_chat_req_free(r);
+    r = ok(BODY(",\"grammar\":\"root ::= [a-z]+\\n\""));
+    cr_assert_not_null(r->grammar);
+    api_chat_req_free(r);
+}
+
+MCD_TEST(chat_format, refusals_name_param)
+{
+    bad(BODY(",\"response_format\":\"json\""), "response_format");
+    bad(BODY(",\"response_format\":{}"), "response_format.type");
+    bad(BODY(",\"response_format\":{\"type\":7}"), "response_format.type");
+    bad(BODY(",\"response_format\":{\"type\":\"yaml\"}"), "response_format.type");
+    bad(BODY(",\"response_format\":{\"type\":\"json_schema\"}"), "response_format.json_schema");
+    bad(BODY(",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}"),
+        "response_format.json_schema.name");
+    bad(BODY(",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"a b\"}}"),
+        "response_format.json_schema.name");
+    bad(BODY(",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"a\","
+             "\"schema\":[]}}"),
+        "response_format.json_schema.schema");
+    bad_as(BODY(",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"a\","
+                "\"schema\":{\"type\":\"object\",\"properties\":{\"p\":{\"not\":{}}}}}}"),
+           "response_format.json_schema.schema", "'not' at #/properties/p");
+    bad(BODY(",\"parallel_tool_calls\":1"), "parallel_tool_calls");
+    bad(BODY(",\"grammar\":3"), "grammar");
+    bad_as(BODY(",\"grammar\":\"root ::= root\\n\""), "grammar", "left recursion");
+    bad(BODY(",\"grammar\":\"root ::= \\\"a\\\"\\n\",\"response_format\":{\"type\":"
+             "\"json_object\"}"),
+        "grammar");
+}

@@ -12,7 +12,7 @@ run_pkgs=(gcc pkg-config meson ninja-build libmicrohttpd-dev libjansson-dev libu
 # official chat template as the oracle for ours. python3-torch: the smoke test of
 # the demo model's training recipe (tools/train; about 230 MB installed).
 test_pkgs=(libcriterion-dev curl systemd python3 python3-jinja2 python3-numpy g++ clang libclang-rt-14-dev
-           python3-torch)
+           python3-torch python3-jsonschema)
 
 want=("${run_pkgs[@]}")
 [ "${1:-run}" = test ] && want+=("${test_pkgs[@]}")

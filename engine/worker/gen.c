@@ -59,6 +59,9 @@ struct gen {
     eng_gen_req *r;
     eng_sampler *sampler;
     eng_detok *detok;
+    eng_gram_matcher *gm;        /* constrained decoding, or NULL */
+    bool gm_on;                  /* the grammar applies (false until "</think>") */
+    char tail[8];                /* the last bytes output, to see "</think>" */
     int32_t *ids;
     int n_prompt, n_gen, n_fed;
     int n_cached;                /* prompt positions reused from the KV cache */
@@ -278,6 +281,26 @@ static bool is_stop_id(const eng_gen_req *r, int32_t id)
     return false;
 }
 
+/* Advance the grammar by the sampled token; before "</think>" just watch for it.
+ * Returns 0 or -EINVAL (the token left the grammar: cannot happen after the mask). */
+static int grammar_step(struct gen *g, int32_t id)
+{
+    if (g->gm_on)
+        return is_stop_id(g->r, id) ? 0 : eng_gram_matcher_accept(g->gm, id);
+    const char *b;
+    size_t n = eng_tokenizer_token_bytes(g->w->tok, id, false, &b);
+    for (size_t i = 0; i < n; i++) {
+        memmove(g->tail, g->tail + 1, sizeof g->tail - 1);
+        g->tail[sizeof g->tail - 1] = b[i];
+        if (memcmp(g->tail, "</think>", 8) == 0) {
+            /* what follows in the same token is the grammar's */
+            g->gm_on = true;
+            return eng_gram_matcher_accept_bytes(g->gm, b + i + 1, n - i - 1);
+        }
+    }
+    return 0;
+}
+
 /* Sample the next token from w->logits and report it. Returns true when the
  * request has ended (its final event emitted). */
 static bool sample_token(struct gen *g)
@@ -286,7 +309,16 @@ static bool sample_token(struct gen *g)
     eng_gen_req *r = g->r;
     if (r->logprobs)
         memcpy(w->raw_logits, w->logits, (size_t)w->n_vocab * sizeof *w->logits);
+    if (g->gm_on && eng_gram_matcher_apply(g->gm, w->logits, w->n_vocab) <= 0) {
+        emit_error(g, -ENOMEM, true, false, "grammar: no token can continue the output");
+        return true;
+    }
     int32_t id = eng_sampler_sample(g->sampler, w->logits);
+    if (g->gm && grammar_step(g, id)) {
+        emit_error(g, -EINVAL, false, false, "grammar: token %d does not continue the output",
+                   id);
+        return true;
+    }
     eng_sampler_accept(g->sampler, id);
     g->ids[g->n_prompt + g->n_gen] = id;
     g->n_gen++;
@@ -460,6 +492,19 @@ void eng__worker_run(struct eng_worker *w, eng_gen_req *r)
         goto out;
     }
     eng_detok_keep_markup(g.detok);  /* the output parser reads <function ...</function> */
+    if (r->grammar) {
+        if (!w->gvocab && !(w->gvocab = eng_gram_vocab_new(w->tok))) {
+            emit_error(&g, -ENOMEM, true, false, "out of memory");
+            goto out;
+        }
+        rc = eng_gram_matcher_new(r->grammar, w->gvocab, r->stop_ids, r->n_stop_ids, &g.gm);
+        if (rc) {
+            emit_error(&g, rc, false, false, "grammar: %s",
+                       rc == -ENOMEM ? "out of memory" : "it cannot start");
+            goto out;
+        }
+        g.gm_on = !r->grammar_after_think;
+    }
     if (w->device_broken) {
         /* The last reset failed: try once more before giving the device work. */
         if ((rc = eng_device_reset(w->dev, msg, sizeof msg))) {
@@ -525,5 +570,6 @@ out:
     if (g.ids && g.n_fed > w->cur->n_kv) /* what the slot's KV now holds, for later */
         w->cur->n_kv = g.n_fed;
     eng_detok_free(g.detok);
+    eng_gram_matcher_free(g.gm);
     eng_sampler_free(g.sampler);
 }

@@ -1,6 +1,8 @@
 /* eng_sampler — turns one position's logits into the next token.
  *
- * The chain, in this order (llama.cpp's order for the knobs both have):
+ * The chain, in this order (llama.cpp's order for the knobs both have), after the
+ * grammar's mask when the request has one (gen.c: disallowed tokens are -inf
+ * before step 1):
  *   1. logit bias      logit[id] += bias (OpenAI: -100 bans, +100 forces)
  *   2. penalties       over the tokens given to eng_sampler_accept():
  *                      repetition (CTRL: divide positive logits, multiply

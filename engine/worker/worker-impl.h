@@ -26,6 +26,8 @@ struct eng_gen_req {
     int n_stop;
     bool logprobs;
     int top_logprobs;
+    eng_grammar *grammar;         /* a reference, or NULL */
+    bool grammar_after_think;
     void *user;
 };
 
@@ -90,6 +92,7 @@ struct eng_worker {
     struct eng_device_error broken_by; /* with device_broken: the failure that left the
                                           device down, reported while it stays down */
     float *logits, *raw_logits;   /* (n_vocab) */
+    eng_gram_vocab *gvocab;       /* the vocabulary trie, built for the first grammar */
     eng_gen_req **swept;          /* (queue_size) scratch for eng__worker_sweep */
 
     struct worker_metrics m;

@@ -60,6 +60,7 @@ static void req_destroy(eng_gen_req *r)
         free(r->stop[i]);
     free(r->bias);
     free(r->prompt);
+    eng_grammar_free(r->grammar);
     free(r);
 }
 
@@ -129,6 +130,8 @@ int eng_gen_req_new(const struct eng_gen_params *p, eng_gen_req **out, char *err
     }
     r->logprobs = p->logprobs;
     r->top_logprobs = p->logprobs ? p->top_logprobs : 0;
+    r->grammar = eng_grammar_ref(p->grammar);
+    r->grammar_after_think = p->grammar_after_think;
     r->user = p->user;
     *out = r;
     return 0;
@@ -290,6 +293,7 @@ static void worker_destroy(struct eng_worker *w)
     }
     free(w->logits);
     free(w->raw_logits);
+    eng_gram_vocab_free(w->gvocab);
     free(w->ring);
     free(w->swept);
     free(w->model_id);

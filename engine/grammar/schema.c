@@ -1,0 +1,761 @@
+/* JSON Schema -> GBNF (tools.c compiles tool calls with the same walk).
+ *
+ * The shape follows llama.cpp's json-schema-to-grammar (common/json-schema-to-
+ * grammar.cpp; nothing copied): one rule per schema object, properties in their
+ * declared order, required ones mandatory and the others optional (commas placed by
+ * a pair of rules per position: "a comma is / is not owed before the next one"),
+ * $ref as a rule reference (so recursion is a recursive rule), integer ranges as
+ * digit-by-digit alternatives. What it does differently, for a small model that
+ * must always finish:
+ *  - whitespace is bounded: at most WS_MAX characters wherever JSON allows it;
+ *  - numbers have at most 16 integer and 16 fraction digits, exponents 3;
+ *  - an unconstrained value (true, {}, json_object) nests at most ANY_DEPTH deep;
+ *  - without "additionalProperties": {…} or true and no "properties", objects hold
+ *    exactly the declared properties (always valid: extra ones are optional);
+ *  - "number" with minimum / maximum gives the integers of the range (valid, and
+ *    no fraction can cross a bound); a range with no integer is refused.
+ * Anything else a schema asks for that is not implemented is refused, naming the
+ * keyword and the path of the schema object holding it: never a grammar that
+ * would let through what the schema forbids (oneOf is the exception: compiled as
+ * anyOf, so a value matching two branches is possible when the branches overlap).
+ * Regex `pattern`s are translated by pattern.c, integer ranges by schema-int.c. */
+#include "engine/grammar/schema-impl.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WS_MAX 16
+#define ANY_DEPTH 5
+#define MAX_NEST 64                 /* schema objects inside each other */
+#define MAX_TEXT (8u << 20)         /* grammar bytes */
+
+int sc_refuse(struct sc *c, const char *keyword, const char *path, const char *fmt, ...)
+{
+    if (c->rc)
+        return c->rc;
+    snprintf(c->why->keyword, sizeof c->why->keyword, "%s", keyword);
+    snprintf(c->why->path, sizeof c->why->path, "%s", path);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->why->message, sizeof c->why->message, fmt, ap);
+    va_end(ap);
+    c->rc = -EINVAL;
+    return c->rc;
+}
+
+/* A GBNF string literal of n bytes. */
+void sc_lit(ut_buf *b, const char *s, size_t n)
+{
+    ut_buf_addc(b, '"');
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '"' || ch == '\\')
+            ut_buf_printf(b, "\\%c", ch);
+        else if (ch < 0x20 || ch == 0x7F)
+            ut_buf_printf(b, "\\x%02X", ch);
+        else
+            ut_buf_addc(b, (char)ch);
+    }
+    ut_buf_addc(b, '"');
+}
+
+void sc_lits(ut_buf *b, const char *s) { sc_lit(b, s, strlen(s)); }
+
+int sc_new_rule(struct sc *c) { return c->n_rules++; }
+
+/* "rN ::= body\n" */
+int sc_define(struct sc *c, int rule, const ut_buf *body)
+{
+    if (body->oom)
+        c->rc = -ENOMEM;
+    ut_buf_printf(&c->out, "r%d ::= %s\n", rule, body->p ? body->p : "\"\"");
+    if (c->out.oom && !c->rc)
+        c->rc = -ENOMEM;
+    if (c->out.n > MAX_TEXT && !c->rc)
+        return sc_refuse(c, "schema", "#", "the schema makes a grammar over %u bytes",
+                         MAX_TEXT);
+    return c->rc;
+}
+
+/* ---- fixed rules --------------------------------------------------------------------- */
+
+static void common_rules(struct sc *c)
+{
+    ut_buf *o = &c->out;
+    ut_buf_printf(o, "ws ::= [ \\t\\n]{0,%d}\n", WS_MAX);
+    /* One JSON string character: anything but '"', '\' and controls, or an escape.
+     * Inside tool-call XML, '<' would end the value early: it is left out. */
+    ut_buf_printf(o, "jchar ::= [^\"\\\\\\x00-\\x1F%s] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" "
+                     "[0-9a-fA-F]{4})\n", c->xml ? "<" : "");
+    ut_buf_adds(o, "jstring ::= \"\\\"\" jchar* \"\\\"\"\n");
+    ut_buf_adds(o, "jint ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15})\n");
+    ut_buf_adds(o, "jnumber ::= jint (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?\n");
+    ut_buf_adds(o, "jbool ::= \"true\" | \"false\"\n");
+    /* Plain text of a tool-call parameter: what the template writes without CDATA. */
+    ut_buf_adds(o, "xchar ::= [^<&\\n]\n");
+    ut_buf_adds(o, "xcdata ::= \"<![CDATA[\" [^\\]]* \"]]>\"\n");
+    for (int d = 0; d <= ANY_DEPTH; d++) {
+        ut_buf_printf(o, "jvalue%d ::= jstring | jnumber | jbool | \"null\"", d);
+        if (d < ANY_DEPTH)
+            ut_buf_printf(o, " | jobject%d | jarray%d", d, d);
+        ut_buf_addc(o, '\n');
+        if (d < ANY_DEPTH) {
+            ut_buf_printf(o, "jobject%d ::= \"{\" ws (jstring ws \":\" ws jvalue%d (ws \",\" ws "
+                             "jstring ws \":\" ws jvalue%d)*)? ws \"}\"\n", d, d + 1, d + 1);
+            ut_buf_printf(o, "jarray%d ::= \"[\" ws (jvalue%d (ws \",\" ws jvalue%d)*)? ws "
+                             "\"]\"\n", d, d + 1, d + 1);
+        }
+    }
+}
+
+/* ---- keywords ------------------------------------------------------------------------- */
+
+/* Keywords that only describe: ignored. */
+static const char *const annotations[] = {
+    "title", "description", "default", "examples", "$schema", "$id", "$comment", "readOnly",
+    "writeOnly", "deprecated", "$defs", "definitions", "strict", "name", "contentMediaType",
+    "contentEncoding", "$anchor",
+};
+/* Keywords compiled. */
+static const char *const supported[] = {
+    "type", "properties", "required", "additionalProperties", "enum", "const", "anyOf",
+    "oneOf", "allOf", "items", "prefixItems", "minItems", "maxItems", "minLength",
+    "maxLength", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "$ref", "format", "nullable",
+};
+
+static bool in_list(const char *k, const char *const *list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(k, list[i]) == 0)
+            return true;
+    return false;
+}
+
+#define N_OF(a) (sizeof(a) / sizeof *(a))
+
+int sc_check_keywords(struct sc *c, const json_t *s, const char *path)
+{
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)s, k, v) {
+        if (in_list(k, annotations, N_OF(annotations)) || in_list(k, supported, N_OF(supported)))
+            continue;
+        return sc_refuse(c, k, path, "the JSON Schema keyword '%s' at %s is not supported in "
+                                     "structured outputs", k, path);
+    }
+    return 0;
+}
+
+static bool get_count(const json_t *s, const char *k, long long *out)
+{
+    const json_t *v = json_object_get(s, k);
+    if (json_is_integer(v)) {
+        *out = json_integer_value(v);
+        return true;
+    }
+    if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) &&
+        fabs(json_real_value(v)) < 9e15) {
+        *out = (long long)json_real_value(v);
+        return true;
+    }
+    return false;
+}
+
+static int count_kw(struct sc *c, const json_t *s, const char *k, const char *path, long long def,
+                    long long *out)
+{
+    *out = def;
+    if (!json_object_get(s, k))
+        return 0;
+    if (!get_count(s, k, out) || *out < 0)
+        return sc_refuse(c, k, path, "'%s' at %s must be a non-negative integer", k, path);
+    return 0;
+}
+
+/* ---- strings ------------------------------------------------------------------------- */
+
+static const char *const formats[][2] = {
+    {"date", "[0-9]{4} \"-\" (\"0\" [1-9] | \"1\" [0-2]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" "
+             "[01])"},
+    {"time", "([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,6})? "
+             "(\"Z\" | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])"},
+    {"uuid", "[0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" "
+             "[0-9a-f]{12}"},
+};
+
+static int gen_string(struct sc *c, const json_t *s, const char *path, bool raw, ut_buf *b)
+{
+    const char *q = raw ? "" : "\"\\\"\" ";
+    const char *qe = raw ? "" : " \"\\\"\"";
+    const json_t *fmt = json_object_get(s, "format");
+    const char *f = json_string_value(fmt);
+    if (f) {
+        const char *body = NULL;
+        char dt[600];
+        if (strcmp(f, "date-time") == 0) {
+            snprintf(dt, sizeof dt, "(%s) \"T\" (%s)", formats[0][1], formats[1][1]);
+            body = dt;
+        }
+        for (size_t i = 0; !body && i < N_OF(formats); i++)
+            if (strcmp(f, formats[i][0]) == 0)
+                body = formats[i][1];
+        if (body) {
+            if (json_object_get(s, "pattern"))
+                return sc_refuse(c, "pattern", path, "'pattern' with 'format' at %s is not "
+                                                     "supported", path);
+            ut_buf_printf(b, "%s(%s)%s", q, body, qe);
+            return 0;
+        }
+        /* other formats are annotations (JSON Schema 2020-12's default) */
+    }
+    long long mn, mx;
+    if (count_kw(c, s, "minLength", path, 0, &mn) || count_kw(c, s, "maxLength", path, -1, &mx))
+        return c->rc;
+    if (mx >= 0 && mx < mn)
+        return sc_refuse(c, "maxLength", path, "'maxLength' below 'minLength' at %s", path);
+    if (mn > ENG_GRAM_MAX_REPEAT || mx > ENG_GRAM_MAX_REPEAT)
+        return sc_refuse(c, mx > ENG_GRAM_MAX_REPEAT ? "maxLength" : "minLength", path,
+                         "string lengths above %d at %s are not supported",
+                         ENG_GRAM_MAX_REPEAT, path);
+    const json_t *pat = json_object_get(s, "pattern");
+    if (pat) {
+        if (!json_is_string(pat))
+            return sc_refuse(c, "pattern", path, "'pattern' at %s must be a string", path);
+        if (json_object_get(s, "minLength") || json_object_get(s, "maxLength"))
+            return sc_refuse(c, "pattern", path, "'pattern' with 'minLength' / 'maxLength' at "
+                                                 "%s is not supported", path);
+        ut_buf_adds(b, q);
+        if (sc_pattern(c, json_string_value(pat), path, raw, b))
+            return c->rc;
+        ut_buf_adds(b, qe);
+        return 0;
+    }
+    const char *ch = raw ? "xchar" : "jchar";
+    if (raw && mn == 0 && mx < 0) {
+        /* a plain value, or any text in CDATA (what the template does for <, & and
+         * newlines) */
+        ut_buf_adds(b, "(xchar* | xcdata)");
+        return 0;
+    }
+    if (mx < 0)
+        ut_buf_printf(b, "%s%s{%lld,}%s", q, ch, mn, qe);
+    else
+        ut_buf_printf(b, "%s%s{%lld,%lld}%s", q, ch, mn, mx, qe);
+    return 0;
+}
+
+/* ---- the generic walk ------------------------------------------------------------------ */
+
+static int gen(struct sc *c, const json_t *s, const char *path, bool raw, int depth, ut_buf *b);
+
+/* A new rule for the schema at `path`; its name appended to b. */
+int sc_sub(struct sc *c, const json_t *s, const char *path, bool raw, int depth, ut_buf *b)
+{
+    int r = sc_new_rule(c);
+    ut_buf body = {0};
+    int rc = gen(c, s, path, raw, depth + 1, &body);
+    if (!rc)
+        rc = sc_define(c, r, &body);
+    ut_buf_free(&body);
+    if (!rc)
+        ut_buf_printf(b, "r%d", r);
+    return rc;
+}
+
+/* The schema at path/kw when it is an object (a rule), else any value; into an
+ * empty `out`, freed on failure. */
+static int sub_or_any(struct sc *c, const json_t *s, const char *path, const char *kw,
+                      int depth, ut_buf *out)
+{
+    if (!json_is_object(s)) {
+        ut_buf_adds(out, "jvalue1");
+        return 0;
+    }
+    char p[320];
+    snprintf(p, sizeof p, "%.200s/%s", path, kw);
+    if (sc_sub(c, s, p, false, depth, out))
+        ut_buf_free(out);
+    return c->rc;
+}
+
+/* A JSON pointer inside the root schema ("#", "#/$defs/a", "#/definitions/a~1b"). */
+static const json_t *resolve(struct sc *c, const char *ref)
+{
+    if (ref[0] != '#')
+        return NULL;
+    const json_t *cur = c->root;
+    const char *p = ref + 1;
+    while (*p == '/' && cur) {
+        p++;
+        char tok[256];
+        size_t n = 0;
+        while (*p && *p != '/' && n + 1 < sizeof tok) {
+            if (p[0] == '~' && p[1] == '0') {
+                tok[n++] = '~';
+                p += 2;
+            } else if (p[0] == '~' && p[1] == '1') {
+                tok[n++] = '/';
+                p += 2;
+            } else {
+                tok[n++] = *p++;
+            }
+        }
+        tok[n] = '\0';
+        if (json_is_array(cur)) {
+            char *e;
+            long i = strtol(tok, &e, 10);
+            cur = *e || e == tok || i < 0 ? NULL : json_array_get(cur, (size_t)i);
+        } else {
+            cur = json_object_get(cur, tok);
+        }
+    }
+    return *p ? NULL : cur;
+}
+
+static int gen_ref(struct sc *c, const json_t *s, const char *path, bool raw, int depth,
+                   ut_buf *b)
+{
+    const char *ref = json_string_value(json_object_get(s, "$ref"));
+    if (!ref)
+        return sc_refuse(c, "$ref", path, "'$ref' at %s must be a string", path);
+    static const char *const alone[] = {"type", "properties", "items", "enum", "const",
+                                        "anyOf", "oneOf", "allOf", "pattern", "prefixItems"};
+    for (size_t i = 0; i < N_OF(alone); i++)
+        if (json_object_get(s, alone[i]))
+            return sc_refuse(c, alone[i], path, "'%s' beside '$ref' at %s is not supported",
+                             alone[i], path);
+    const json_t *t = resolve(c, ref);
+    if (!t)
+        return sc_refuse(c, "$ref", path, "'$ref' '%.100s' at %s does not name a schema in "
+                                          "this document", ref, path);
+    for (size_t i = 0; i < c->n_refs; i++)
+        if (c->refs[i].target == t && c->refs[i].raw == raw) {
+            ut_buf_printf(b, "r%d", c->refs[i].rule);
+            return 0;
+        }
+    if (c->n_refs >= c->refs_cap)
+        return sc_refuse(c, "$ref", path, "more than %zu distinct $ref targets", c->refs_cap);
+    int r = sc_new_rule(c);
+    c->refs[c->n_refs++] = (struct sc_ref){t, r, raw};
+    ut_buf body = {0};
+    char p[256];
+    snprintf(p, sizeof p, "%.250s", ref);
+    int rc = gen(c, t, p, raw, depth + 1, &body);
+    if (!rc)
+        rc = sc_define(c, r, &body);
+    ut_buf_free(&body);
+    if (!rc)
+        ut_buf_printf(b, "r%d", r);
+    return rc;
+}
+
+static void json_lit(struct sc *c, const json_t *v, bool raw, ut_buf *b)
+{
+    if (raw && json_is_string(v)) {
+        sc_lit(b, json_string_value(v), json_string_length(v));
+        return;
+    }
+    char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    if (!t) {
+        c->rc = -ENOMEM;
+        return;
+    }
+    sc_lits(b, t);
+    free(t);
+}
+
+/* Properties from index i on; `comma`: one is owed before the next property. */
+struct prop {
+    const char *key;
+    const json_t *schema;    /* NULL: any value */
+    bool required;
+};
+
+static int gen_object(struct sc *c, const json_t *s, const char *path, int depth, ut_buf *b)
+{
+    const json_t *props = json_object_get(s, "properties");
+    const json_t *req = json_object_get(s, "required");
+    const json_t *addl = json_object_get(s, "additionalProperties");
+    char p[320];
+    if (props && !json_is_object(props))
+        return sc_refuse(c, "properties", path, "'properties' at %s must be an object", path);
+    if (req && !json_is_array(req))
+        return sc_refuse(c, "required", path, "'required' at %s must be an array", path);
+    size_t n_props = json_object_size(props), n_req = json_array_size(req);
+    struct prop *pr = calloc(n_props + n_req + 1, sizeof *pr);
+    if (!pr)
+        return c->rc = -ENOMEM;
+    size_t n = 0;
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)props, k, v) pr[n++] = (struct prop){k, v, false};
+    for (size_t i = 0; i < n_req; i++) {
+        const char *name = json_string_value(json_array_get(req, i));
+        if (!name) {
+            free(pr);
+            return sc_refuse(c, "required", path, "'required' at %s must list strings", path);
+        }
+        size_t j = 0;
+        while (j < n && strcmp(pr[j].key, name) != 0)
+            j++;
+        if (j == n)
+            pr[n++] = (struct prop){name, NULL, true};
+        pr[j].required = true;
+    }
+    if (n == 0) {
+        /* a map: any keys, values of additionalProperties (any when absent or true) */
+        free(pr);
+        if (json_is_false(addl)) {
+            ut_buf_adds(b, "\"{\" ws \"}\"");
+            return 0;
+        }
+        ut_buf value = {0};
+        if (sub_or_any(c, addl, path, "additionalProperties", depth, &value))
+            return c->rc;
+        ut_buf_printf(b, "\"{\" ws (jstring ws \":\" ws %s (ws \",\" ws jstring ws \":\" ws %s)*)? "
+                         "ws \"}\"", value.p, value.p);
+        ut_buf_free(&value);
+        return 0;
+    }
+    /* Two rules per position: rest[i][0] (no comma owed) and rest[i][1]. */
+    int *rest = malloc((n + 1) * 2 * sizeof *rest);
+    int *kv = malloc(n * sizeof *kv);
+    if (!rest || !kv) {
+        free(pr);
+        free(rest);
+        free(kv);
+        return c->rc = -ENOMEM;
+    }
+    for (size_t i = 0; i < n && !c->rc; i++) {
+        kv[i] = sc_new_rule(c);
+        ut_buf body = {0};
+        json_t *key = json_string(pr[i].key);
+        if (key)
+            json_lit(c, key, false, &body);
+        json_decref(key);
+        ut_buf_adds(&body, " ws \":\" ws ");
+        snprintf(p, sizeof p, "%.200s/properties/%.100s", path, pr[i].key);
+        if (pr[i].schema)
+            sc_sub(c, pr[i].schema, p, false, depth, &body);
+        else
+            ut_buf_adds(&body, "jvalue1");
+        if (!c->rc)
+            sc_define(c, kv[i], &body);
+        ut_buf_free(&body);
+    }
+    for (size_t i = 0; i <= n; i++) {
+        rest[2 * i] = sc_new_rule(c);
+        rest[2 * i + 1] = sc_new_rule(c);
+    }
+    for (size_t i = n + 1; i-- > 0 && !c->rc;) {
+        for (int comma = 0; comma < 2; comma++) {
+            ut_buf body = {0};
+            if (i == n) {
+                ut_buf_adds(&body, "\"\"");
+            } else {
+                ut_buf_printf(&body, "%sr%d r%d", comma ? "ws \",\" ws " : "", kv[i],
+                              rest[2 * (i + 1) + 1]);
+                if (!pr[i].required)
+                    ut_buf_printf(&body, " | r%d", rest[2 * (i + 1) + comma]);
+            }
+            sc_define(c, rest[2 * i + comma], &body);
+            ut_buf_free(&body);
+        }
+    }
+    ut_buf_printf(b, "\"{\" ws r%d ws \"}\"", rest[0]);
+    free(pr);
+    free(rest);
+    free(kv);
+    return c->rc;
+}
+
+static int gen_array(struct sc *c, const json_t *s, const char *path, int depth, ut_buf *b)
+{
+    const json_t *items = json_object_get(s, "items");
+    const json_t *prefix = json_object_get(s, "prefixItems");
+    char p[320];
+    long long mn, mx;
+    if (count_kw(c, s, "minItems", path, 0, &mn) || count_kw(c, s, "maxItems", path, -1, &mx))
+        return c->rc;
+    if (mx >= 0 && mx < mn)
+        return sc_refuse(c, "maxItems", path, "'maxItems' below 'minItems' at %s", path);
+    if (mn > ENG_GRAM_MAX_REPEAT || mx > ENG_GRAM_MAX_REPEAT)
+        return sc_refuse(c, mx > ENG_GRAM_MAX_REPEAT ? "maxItems" : "minItems", path,
+                         "array lengths above %d at %s are not supported", ENG_GRAM_MAX_REPEAT,
+                         path);
+    if (prefix && !json_is_array(prefix))
+        return sc_refuse(c, "prefixItems", path, "'prefixItems' at %s must be an array", path);
+    if (items && !json_is_object(items) && !json_is_boolean(items))
+        return sc_refuse(c, "items", path, "'items' at %s must be a schema (an array of "
+                                           "schemas is 'prefixItems' now)", path);
+    ut_buf item = {0};
+    bool no_more = json_is_false(items);
+    if (sub_or_any(c, items, path, "items", depth, &item))
+        return c->rc;
+    long long k = (long long)json_array_size(prefix);
+    if (no_more && (mx < 0 || mx > k))
+        mx = k;
+    if (mn > k && no_more) {
+        ut_buf_free(&item);
+        return sc_refuse(c, "minItems", path, "'minItems' at %s needs more items than "
+                                              "'prefixItems' allows", path);
+    }
+    ut_buf_adds(b, "\"[\" ws ");
+    /* the prefix: element j, then the rest, optional from minItems on */
+    int opened = 0;
+    for (long long j = 0; j < k && (mx < 0 || j < mx) && !c->rc; j++) {
+        if (j >= mn) {
+            ut_buf_addc(b, '(');
+            opened++;
+        }
+        if (j > 0)
+            ut_buf_adds(b, "ws \",\" ws ");
+        snprintf(p, sizeof p, "%.200s/prefixItems/%lld", path, j);
+        sc_sub(c, json_array_get(prefix, (size_t)j), p, false, depth, b);
+        ut_buf_addc(b, ' ');
+    }
+    if (!c->rc && (mx < 0 || mx > k)) {
+        long long rmin = mn > k ? mn - k : 0, rmax = mx < 0 ? -1 : mx - k;
+        if (k == 0) {
+            /* item (, item){rmin-1, rmax-1}, all optional when rmin is 0 */
+            long long a = rmin > 0 ? rmin - 1 : 0, z = rmax < 0 ? -1 : rmax - 1;
+            ut_buf_printf(b, "%s%s (ws \",\" ws %s)", rmin == 0 ? "(" : "", item.p, item.p);
+            if (z < 0)
+                ut_buf_printf(b, "{%lld,}", a);
+            else
+                ut_buf_printf(b, "{%lld,%lld}", a, z);
+            ut_buf_adds(b, rmin == 0 ? ")? " : " ");
+        } else {
+            ut_buf_printf(b, "(ws \",\" ws %s)", item.p);
+            if (rmax < 0)
+                ut_buf_printf(b, "{%lld,} ", rmin);
+            else
+                ut_buf_printf(b, "{%lld,%lld} ", rmin, rmax);
+        }
+    }
+    for (int i = 0; i < opened; i++)
+        ut_buf_adds(b, ")? ");
+    ut_buf_adds(b, "ws \"]\"");
+    ut_buf_free(&item);
+    return c->rc;
+}
+
+static const char *const type_names[] = {"object", "array", "string", "number", "integer",
+                                         "boolean", "null"};
+
+static int gen_typed(struct sc *c, const json_t *s, const char *path, const char *type,
+                     bool raw, int depth, ut_buf *b)
+{
+    if (strcmp(type, "object") == 0)
+        return gen_object(c, s, path, depth, b);
+    if (strcmp(type, "array") == 0)
+        return gen_array(c, s, path, depth, b);
+    if (strcmp(type, "string") == 0)
+        return gen_string(c, s, path, raw, b);
+    if (strcmp(type, "boolean") == 0) {
+        ut_buf_adds(b, "jbool");
+        return 0;
+    }
+    if (strcmp(type, "null") == 0) {
+        ut_buf_adds(b, "\"null\"");
+        return 0;
+    }
+    long long lo, hi;
+    bool bounded;
+    if (sc_int_bounds(c, s, path, &lo, &hi, &bounded))
+        return c->rc;
+    if (strcmp(type, "number") == 0 && !bounded) {
+        ut_buf_adds(b, "jnumber");
+        return 0;
+    }
+    if (!bounded) {
+        ut_buf_adds(b, "jint");
+        return 0;
+    }
+    sc_int_range(b, lo, hi);
+    return 0;
+}
+
+static int gen_alts(struct sc *c, const json_t *list, const char *kw, const char *path, bool raw,
+                    int depth, ut_buf *b)
+{
+    char p[320];
+    if (!json_is_array(list) || json_array_size(list) == 0)
+        return sc_refuse(c, kw, path, "'%s' at %s must be a non-empty array", kw, path);
+    size_t i;
+    const json_t *v;
+    ut_buf_addc(b, '(');
+    json_array_foreach(list, i, v) {
+        if (i)
+            ut_buf_adds(b, " | ");
+        snprintf(p, sizeof p, "%.200s/%s/%zu", path, kw, i);
+        if (sc_sub(c, v, p, raw, depth, b))
+            return c->rc;
+    }
+    ut_buf_addc(b, ')');
+    return 0;
+}
+
+/* What a schema object says, appended to b as one GBNF expression. */
+static int gen(struct sc *c, const json_t *s, const char *path, bool raw, int depth, ut_buf *b)
+{
+    if (c->rc)
+        return c->rc;
+    if (depth > MAX_NEST)
+        return sc_refuse(c, "schema", path, "the schema nests deeper than %d at %s", MAX_NEST,
+                         path);
+    if (json_is_true(s)) {
+        ut_buf_adds(b, raw ? "(xchar* | xcdata)" : "jvalue1");
+        return 0;
+    }
+    if (!json_is_object(s))
+        return sc_refuse(c, "schema", path, "the schema at %s must be an object%s", path,
+                         json_is_false(s) ? " (false allows nothing)" : "");
+    if (sc_check_keywords(c, s, path))
+        return c->rc;
+    if (json_object_get(s, "$ref"))
+        return gen_ref(c, s, path, raw, depth, b);
+    const json_t *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
+    if (cn) {
+        ut_buf_addc(b, '(');
+        json_lit(c, cn, raw, b);
+        ut_buf_addc(b, ')');
+        return c->rc;
+    }
+    if (en) {
+        if (!json_is_array(en) || json_array_size(en) == 0)
+            return sc_refuse(c, "enum", path, "'enum' at %s must be a non-empty array", path);
+        size_t i;
+        const json_t *v;
+        ut_buf_addc(b, '(');
+        json_array_foreach(en, i, v) {
+            if (i)
+                ut_buf_adds(b, " | ");
+            json_lit(c, v, raw, b);
+        }
+        ut_buf_addc(b, ')');
+        return c->rc;
+    }
+    const json_t *all = json_object_get(s, "allOf");
+    if (all) {
+        if (!json_is_array(all) || json_array_size(all) != 1 || json_object_get(s, "type"))
+            return sc_refuse(c, "allOf", path, "'allOf' at %s is supported with one schema only",
+                             path);
+        char p[320];
+        snprintf(p, sizeof p, "%.200s/allOf/0", path);
+        return sc_sub(c, json_array_get(all, 0), p, raw, depth, b);
+    }
+    const json_t *any = json_object_get(s, "anyOf");
+    const char *any_kw = "anyOf";
+    if (!any) {
+        any = json_object_get(s, "oneOf");
+        any_kw = "oneOf";
+    }
+    if (any) {
+        if (json_object_get(s, "type") || json_object_get(s, "properties"))
+            return sc_refuse(c, any_kw, path, "'%s' beside 'type' or 'properties' at %s is not "
+                                              "supported", any_kw, path);
+        return gen_alts(c, any, any_kw, path, raw, depth, b);
+    }
+    const json_t *type = json_object_get(s, "type");
+    bool nullable = json_is_true(json_object_get(s, "nullable"));
+    const char *types[8];
+    size_t nt = 0;
+    if (json_is_string(type)) {
+        types[nt++] = json_string_value(type);
+    } else if (json_is_array(type)) {
+        size_t i;
+        const json_t *v;
+        json_array_foreach(type, i, v) {
+            if (!json_is_string(v) || nt >= 7)
+                return sc_refuse(c, "type", path, "'type' at %s must be a type name or a list "
+                                                  "of up to 7", path);
+            types[nt++] = json_string_value(v);
+        }
+    } else if (type) {
+        return sc_refuse(c, "type", path, "'type' at %s must be a string or an array", path);
+    } else if (json_object_get(s, "properties") || json_object_get(s, "required") ||
+               json_object_get(s, "additionalProperties")) {
+        types[nt++] = "object";
+    } else if (json_object_get(s, "items") || json_object_get(s, "prefixItems")) {
+        types[nt++] = "array";
+    } else if (json_object_get(s, "minLength") || json_object_get(s, "maxLength") ||
+               json_object_get(s, "pattern") || json_object_get(s, "format")) {
+        types[nt++] = "string";
+    } else if (json_object_get(s, "minimum") || json_object_get(s, "maximum")) {
+        types[nt++] = "number";
+    } else {
+        ut_buf_adds(b, raw ? "(xchar* | xcdata)" : "jvalue1");
+        return 0;
+    }
+    if (nullable && nt < 8)
+        types[nt++] = "null";
+    for (size_t i = 0; i < nt; i++) {
+        bool known = false;
+        for (size_t k = 0; k < N_OF(type_names); k++)
+            known |= strcmp(types[i], type_names[k]) == 0;
+        if (!known)
+            return sc_refuse(c, "type", path, "unknown type '%.40s' at %s", types[i], path);
+    }
+    ut_buf_addc(b, '(');
+    for (size_t i = 0; i < nt; i++) {
+        if (i)
+            ut_buf_adds(b, " | ");
+        if (gen_typed(c, s, path, types[i], raw, depth, b))
+            return c->rc;
+    }
+    ut_buf_addc(b, ')');
+    return c->rc;
+}
+
+/* ---- the public compilers -------------------------------------------------------------- */
+
+int sc_finish(struct sc *c, char **gbnf)
+{
+    if (!c->rc && c->out.oom)
+        c->rc = -ENOMEM;
+    if (c->rc) {
+        ut_buf_free(&c->out);
+        free(c->refs);
+        return c->rc;
+    }
+    *gbnf = c->out.p;
+    free(c->refs);
+    return 0;
+}
+
+int sc_init(struct sc *c, const json_t *root, bool xml, struct eng_gram_refusal *why)
+{
+    static struct eng_gram_refusal dummy;
+    *c = (struct sc){.root = root, .xml = xml, .why = why ? why : &dummy};
+    c->refs_cap = 256;
+    c->refs = calloc(c->refs_cap, sizeof *c->refs);
+    if (!c->refs)
+        return -ENOMEM;
+    common_rules(c);
+    return 0;
+}
+
+int eng_gram_from_schema(const json_t *schema, char **gbnf, struct eng_gram_refusal *why)
+{
+    struct sc c;
+    *gbnf = NULL;
+    if (sc_init(&c, schema, false, why))
+        return -ENOMEM;
+    ut_buf body = {0};
+    if (!schema) {
+        ut_buf_adds(&body, "jobject0");
+    } else {
+        sc_sub(&c, schema, "#", false, 0, &body);
+    }
+    ut_buf_printf(&c.out, "root ::= %s\n", body.p);
+    ut_buf_free(&body);
+    return sc_finish(&c, gbnf);
+}
+

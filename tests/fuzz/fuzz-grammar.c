@@ -1,0 +1,90 @@
+/* libFuzzer target: the grammar engine. The input is GBNF text, then (after the
+ * first NUL) bytes to feed the matcher. Invariants checked (a failure traps):
+ *   - compiling never crashes; a refusal says why;
+ *   - a compiled grammar always starts (or refuses to, for depth), and each mask
+ *     agrees with accept: a token in the mask is accepted, and its acceptance is
+ *     undone by nothing (the state moves on); a byte string is accepted one byte at
+ *     a time exactly when it is accepted at once.
+ * The vocabulary is the tiny tokenizer fixture's. */
+#include "engine/grammar.h"
+#include "engine/tokenizer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);
+
+#define CHECK(c)                                                                          \
+    do {                                                                                  \
+        if (!(c)) {                                                                       \
+            fprintf(stderr, "fuzz-grammar: check failed: %s (line %d)\n", #c, __LINE__); \
+            __builtin_trap();                                                             \
+        }                                                                                 \
+    } while (0)
+
+static eng_tokenizer *tok;
+static eng_gram_vocab *voc;
+
+static void init(void)
+{
+    char path[4096], err[256];
+    snprintf(path, sizeof path, "%s/tiny-tokenizer.json", MCD_TEST_DATA);
+    if (eng_tokenizer_load(path, &tok, err, sizeof err)) {
+        fprintf(stderr, "fuzz-grammar: %s\n", err);
+        abort();
+    }
+    voc = eng_gram_vocab_new(tok);
+    CHECK(voc);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
+{
+    if (!voc)
+        init();
+    const uint8_t *nul = memchr(d, 0, n);
+    size_t glen = nul ? (size_t)(nul - d) : n;
+    const char *feed = nul ? (const char *)nul + 1 : "";
+    size_t flen = nul ? n - glen - 1 : 0;
+    char err[256] = "";
+    eng_grammar *g = NULL;
+    int rc = eng_grammar_parse((const char *)d, glen, &g, err, sizeof err);
+    if (rc) {
+        CHECK(err[0] && !g);
+        return 0;
+    }
+    int32_t stop = 300;
+    eng_gram_matcher *a, *b;
+    if (eng_gram_matcher_new(g, voc, &stop, 1, &a)) {
+        eng_grammar_free(g);
+        return 0;
+    }
+    CHECK(eng_gram_matcher_new(g, voc, &stop, 1, &b) == 0);
+    /* all at once vs one byte at a time (on a prefix that keeps it short) */
+    size_t k = flen < 64 ? flen : 64;
+    int whole = eng_gram_matcher_accept_bytes(a, feed, k);
+    int bytes = 0;
+    for (size_t i = 0; i < k && !bytes; i++)
+        bytes = eng_gram_matcher_accept_bytes(b, feed + i, 1);
+    CHECK((whole == 0) == (bytes == 0));
+    if (whole == 0)
+        CHECK(eng_gram_matcher_complete(a) == eng_gram_matcher_complete(b));
+    /* a few steps of mask + accept of the first allowed token */
+    uint32_t mask[64];
+    CHECK(eng_gram_vocab_size(voc) <= 64 * 32);
+    for (int step = 0; step < 4; step++) {
+        int cnt = eng_gram_matcher_mask(a, mask);
+        CHECK(cnt >= 0);
+        int32_t pick = -1;
+        for (int32_t id = 0; id < eng_gram_vocab_size(voc) && pick < 0; id++)
+            if (((mask[id >> 5] >> (id & 31)) & 1) && id != stop)
+                pick = id;
+        if (pick < 0)
+            break;
+        CHECK(eng_gram_matcher_accept(a, pick) == 0);
+    }
+    eng_gram_matcher_free(a);
+    eng_gram_matcher_free(b);
+    eng_grammar_free(g);
+    return 0;
+}
