@@ -26,11 +26,27 @@
 /* While loading, ask systemd for this much more start time, every half of it. */
 #define EXTEND_USEC (20ull * 1000 * 1000)
 #define DRAIN_POLL_MS 50
+/* SIGTERM ends the process within --shutdown-timeout + this, even when something
+ * the shutdown waits for (the loader thread, the worker inside a device call) does
+ * not return: the stop watch then exits 1 (issue 14, item 5). */
+#define STOP_SLACK_S 5
+#define LOAD_GATE_POLL_NS (10 * 1000 * 1000)
 
 struct load_result {
     eng_engine *eng;
     int rc;
     char err[512];
+};
+
+/* The stop watch: a thread armed at the first SIGTERM/SIGINT that ends the process
+ * if the orderly stop has not finished by its deadline. A thread, not a loop timer,
+ * because what blocks may be the loop thread itself (joining the loader). */
+struct stop_watch {
+    uv_thread_t thread;
+    uv_mutex_t mu;
+    uv_cond_t cv;
+    bool armed, done;
+    uint64_t timeout_ns;
 };
 
 struct daemon {
@@ -46,6 +62,8 @@ struct daemon {
     uint64_t drain_deadline_ms;
     bool stopping, stopped;
     int exit_code;
+    struct stop_watch watch;
+    const char *load_gate;       /* MINICPMD_TEST_LOAD_GATE, read once at start */
 };
 
 static void stop_now(struct daemon *d);
@@ -127,9 +145,21 @@ static void on_loaded(void *data)
     srv_sd_notifyf("READY=1\nSTATUS=ready: %s on %s", d->app.model->id, d->app.device);
 }
 
+/* Test hook (MINICPMD_TEST_LOAD_GATE=PATH): the loader waits while PATH exists,
+ * which is what a load stuck in I/O looks like from outside. The integration tests
+ * use it to see LOADING, SIGTERM during loading, and the stop watch ending a stop
+ * that waits for a loader that does not return. Unset in production. */
+static void wait_load_gate(const char *gate)
+{
+    struct timespec ts = {0, LOAD_GATE_POLL_NS};
+    while (gate && access(gate, F_OK) == 0)
+        nanosleep(&ts, NULL);
+}
+
 static void loader_main(void *arg)
 {
     struct daemon *d = arg;
+    wait_load_gate(d->load_gate);
     struct eng_engine_opts o;
     srv_engine_opts(d->app.cfg, d->app.device, &o);
     d->load.rc = eng_engine_open(d->app.model->path, &o, srv_chat_emit, &d->app, &d->load.eng,
@@ -166,6 +196,56 @@ static int start_loading(struct daemon *d)
 }
 
 /* ---- shutdown ---------------------------------------------------------------- */
+
+static void watch_main(void *arg)
+{
+    struct stop_watch *w = arg;
+    uv_mutex_lock(&w->mu);
+    uint64_t deadline = uv_hrtime() + w->timeout_ns;
+    for (uint64_t now; !w->done && (now = uv_hrtime()) < deadline;)
+        uv_cond_timedwait(&w->cv, &w->mu, deadline - now);
+    bool done = w->done;
+    uv_mutex_unlock(&w->mu);
+    if (done)
+        return;
+    log_error("shutdown: still not finished %llu s after the signal (a thread is blocked); "
+              "exiting now", (unsigned long long)(w->timeout_ns / 1000000000ull));
+    _exit(1);
+}
+
+static void watch_arm(struct stop_watch *w, int grace_s)
+{
+    if (w->armed)
+        return;
+    w->timeout_ns = (uint64_t)(grace_s + STOP_SLACK_S) * 1000000000ull;
+    if (uv_mutex_init(&w->mu) != 0)
+        return;
+    if (uv_cond_init(&w->cv) != 0) {
+        uv_mutex_destroy(&w->mu);
+        return;
+    }
+    if (uv_thread_create(&w->thread, watch_main, w) != 0) {
+        uv_cond_destroy(&w->cv);
+        uv_mutex_destroy(&w->mu);
+        log_warn("cannot start the shutdown watch thread; a blocked stop will not be cut short");
+        return;
+    }
+    w->armed = true;
+}
+
+static void watch_disarm(struct stop_watch *w)
+{
+    if (!w->armed)
+        return;
+    uv_mutex_lock(&w->mu);
+    w->done = true;
+    uv_cond_signal(&w->cv);
+    uv_mutex_unlock(&w->mu);
+    uv_thread_join(&w->thread);
+    uv_cond_destroy(&w->cv);
+    uv_mutex_destroy(&w->mu);
+    w->armed = false;
+}
 
 static void close_handle(uv_handle_t *h)
 {
@@ -228,6 +308,7 @@ static void begin_shutdown(struct daemon *d, const char *why)
         return;
     }
     d->stopping = true;
+    watch_arm(&d->watch, d->app.cfg->shutdown_grace_s);
     d->app.state = API_HEALTH_STOPPING;
     size_t inflight = srv_http_inflight(d->app.http);
     log_info("%s: no longer accepting connections; %zu request(s) in flight, grace %d s", why,
@@ -302,6 +383,7 @@ int srv_daemon_run(const struct cfg *cfg, const struct cfg_model_location *model
     d->app.loop = &d->loop;
     d->app.device = device;
     d->app.state = API_HEALTH_NO_MODEL;
+    d->load_gate = getenv("MINICPMD_TEST_LOAD_GATE");
     if (uv_loop_init(&d->loop) != 0) {
         free(d);
         return 1;
@@ -365,6 +447,7 @@ out_handles:
     rc = 1;
 out_free:
     eng_engine_free(d->app.eng);
+    watch_disarm(&d->watch);
     free(d->app.load_error);
     srv_metrics_free(d->app.metrics);
 out_loop:

@@ -21,6 +21,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* config.json is a few hundred bytes; a bound keeps a wrong file from being read whole. */
+#define ENG_PACK_CONFIG_MAX (1 << 20)
+
 struct eng_pack {
     struct eng_pack_info info;
     char *dir;
@@ -141,12 +144,12 @@ static int find_weights(const char *dir, struct eng_pack_info *info, char *err, 
         {"model.safetensors.index.json", ENG_WEIGHTS_SAFETENSORS_SHARDED},
     };
     for (size_t i = 0; i < sizeof candidates / sizeof *candidates; i++) {
-        int64_t sz = ut_file_size(dir, candidates[i].name);
+        const char *why;
+        int64_t sz = ut_file_size(dir, candidates[i].name, &why);
         if (sz == -ENOENT)
             continue;
         if (sz < 0)
-            return eng__fail(err, errlen, (int)sz, "%s/%s: %s", dir, candidates[i].name,
-                        strerror((int)-sz));
+            return eng__fail(err, errlen, (int)sz, "%s/%s: %s", dir, candidates[i].name, why);
         if (sz == 0)
             return eng__fail(err, errlen, -EINVAL, "%s/%s: file is empty", dir, candidates[i].name);
         info->format = candidates[i].format;
@@ -176,12 +179,14 @@ int eng_pack_open(const char *dir, eng_pack **out, char *err, size_t errlen)
     if ((size_t)snprintf(path, sizeof path, "%s/config.json", dir) >= sizeof path)
         return eng__fail(err, errlen, -ENAMETOOLONG, "%s: path too long", dir);
     json_error_t jerr;
-    cfg = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-    if (!cfg) {
-        if (access(path, R_OK) != 0)
-            return eng__fail(err, errlen, -errno, "%s: %s", path, strerror(errno));
+    const char *why;
+    FILE *f = ut_fopen_regular(path, ENG_PACK_CONFIG_MAX, &rc, &why);
+    if (!f)
+        return eng__fail(err, errlen, rc, "%s: %s", path, why);
+    cfg = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
+    fclose(f);
+    if (!cfg)
         return eng__fail(err, errlen, -EINVAL, "%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
-    }
     if (!json_is_object(cfg)) {
         rc = eng__fail(err, errlen, -EINVAL, "%s: top level must be a JSON object", path);
         goto out;
@@ -207,10 +212,10 @@ int eng_pack_open(const char *dir, eng_pack **out, char *err, size_t errlen)
         goto out;
     if ((rc = find_weights(dir, &p->info, err, errlen)))
         goto out;
-    int64_t tok = ut_file_size(dir, "tokenizer.json");
+    int64_t tok = ut_file_size(dir, "tokenizer.json", &why);
     if (tok <= 0) {
         rc = eng__fail(err, errlen, tok < 0 ? (int)tok : -EINVAL, "%s/tokenizer.json: %s", dir,
-                  tok < 0 ? strerror((int)-tok) : "file is empty");
+                  tok < 0 ? why : "file is empty");
         goto out;
     }
     p->info.dir = p->dir;

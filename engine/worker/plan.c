@@ -1,6 +1,7 @@
 #include "engine/worker/plan.h"
 #include "engine/err.h"
 #include "util/defaults.h"
+#include "util/fs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -205,32 +206,14 @@ int eng_kstate_path(const char *state_dir, char *buf, size_t len)
 static int read_state(const char *path, json_t **root, char *err, size_t errlen)
 {
     *root = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
-        if (errno == ENOENT)
-            return 0;
-        int e = errno;
-        return eng__fail(err, errlen, -e, "%s: %s", path, strerror(e));
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return eng__fail(err, errlen, -e, "%s: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return eng__fail(err, errlen, -EINVAL, "%s: not a regular file", path);
-    }
-    if (st.st_size > KSTATE_MAX_BYTES) {
-        close(fd);
-        return eng__fail(err, errlen, -EINVAL, "%s: larger than %d bytes", path, KSTATE_MAX_BYTES);
-    }
-    FILE *f = fdopen(fd, "r");
+    const char *why;
+    int rc;
+    FILE *f = ut_fopen_regular(path, KSTATE_MAX_BYTES, &rc, &why);
     if (!f) {
-        int e = errno;
-        close(fd);
-        return eng__fail(err, errlen, -e, "%s: %s", path, strerror(e));
+        if (rc == -ENOENT)
+            return 0;
+        return eng__fail(err, errlen, rc == -EFBIG ? -EINVAL : rc, "%s: %s", path,
+                         rc == -EFBIG ? "larger than 1 MiB" : why);
     }
     json_error_t je;
     json_t *j = json_loadf(f, JSON_REJECT_DUPLICATES, &je);

@@ -13,7 +13,7 @@ import tempfile
 
 from harness_base import Failure, binary, eq, wait_for
 from harness_http import connect, curl, free_port, recv_until_close
-from harness_packs import FifoConfig, make_pack, write_json
+from harness_packs import LoadGate, make_pack, write_json
 
 # ---- the daemon ---------------------------------------------------------------
 
@@ -280,16 +280,18 @@ class _Exited(Exception):
 # ---- common recipes -----------------------------------------------------------
 
 
-def pack_daemon(args=(), name="MiniCPM5-2B", fifo=False, env=None, start=True, ready=True):
-    """A daemon serving a fresh fake pack given by path. With fifo=True the pack's
-    config.json is a FIFO and d.fifo (a FifoConfig) holds the loader back."""
+def pack_daemon(args=(), name="MiniCPM5-2B", gate=False, env=None, start=True, ready=True):
+    """A daemon serving a fresh fake pack given by path. With gate=True d.gate (a
+    LoadGate) holds the loader back until d.gate.release()."""
     d = Daemon(args, env)
-    d.pack = make_pack(d.tmp, name, fifo=fifo)
-    d.fifo = FifoConfig(os.path.join(d.pack, "config.json")) if fifo else None
+    d.pack = make_pack(d.tmp, name)
+    d.gate = LoadGate(d.tmp) if gate else None
+    if gate:
+        d.env.update(d.gate.env())
     d.args += ["--model", d.pack]
     if start:
         d.start()
-        if ready and not fifo:
+        if ready and not gate:
             wait_ready(d)
     return d
 
@@ -305,8 +307,8 @@ def wait_ready(d, timeout=10.0):
 
 def stop_ok(d, sig=signal.SIGTERM, timeout=10.0):
     """Stop the daemon; it must exit 0. Returns the log."""
-    if getattr(d, "fifo", None) is not None:
-        d.fifo.release()
+    if getattr(d, "gate", None) is not None:
+        d.gate.release()
     rc, log = d.stop(sig, timeout)
     eq(rc, 0, "daemon exit code after %s" % signal.Signals(sig).name)
     return log

@@ -153,16 +153,69 @@ def sigint_twice_stops_now():
 def sigterm_during_loading():
     """SIGTERM while the model is still loading: the daemon finishes (the
     loader is released) and exits 0 without ever becoming ready."""
-    d = pack_daemon(fifo=True)
+    d = pack_daemon(gate=True)
     try:
-        wait_for(d.fifo.reader_waiting, 5, "the loader to open config.json")
+        wait_for(d.gate.reader_waiting, 5, "the loader to be held at the gate")
         d.send_signal(signal.SIGTERM)
         d.wait_log(r"SIGTERM: no longer accepting", 3)
         wait_for(lambda: connection_refused(d), 1.0, "new connections to be refused")
     finally:
-        d.fifo.release()
+        d.gate.release()
     eq(d.wait(5), 0, "exit code after SIGTERM during loading")
     check(" ready:" not in d.log(), "model became ready after SIGTERM")
+
+
+@test
+def sigterm_blocked_loader_exits_after_grace():
+    """Issue 14 item 5: the loader does not return (held at the gate, as a load
+    stuck in I/O would be): SIGTERM still ends the process, by the stop watch, once
+    --shutdown-timeout + 5 s are over; exit 1 and a log line saying why."""
+    d = pack_daemon(["--shutdown-timeout", "1"], gate=True)
+    try:
+        eq(d.get("/health").json().get("status"), "loading", "/health before SIGTERM")
+        d.send_signal(signal.SIGTERM)
+        d.wait_log(r"SIGTERM: no longer accepting", 10)
+        rc = d.wait(30)
+    finally:
+        d.gate.release()
+    eq(rc, 1, "exit code when the stop watch ends a blocked stop")
+    contains(d.log(), "shutdown: still not finished 6 s after the signal", "log")
+
+
+def fifo_pack(d):
+    pack = make_pack(d.tmp, PACK, fifo=True)
+    return pack
+
+
+@test
+def fifo_config_json_refused_at_once():
+    """Issue 14 item 5: a pack whose config.json is a FIFO fails to load with one
+    line saying so (it used to block the loader, and SIGTERM with it, forever)."""
+    d = Daemon()
+    d.args += ["--model", fifo_pack(d)]
+    d.spawn()
+    eq(d.wait(20), 1, "exit code when config.json is a FIFO")
+    contains(d.log(), "config.json: a FIFO, not a regular file", "log")
+
+
+@test
+def check_fifo_config_json():
+    d = Daemon(["--check"])
+    d.args += ["--model", fifo_pack(d)]
+    rc, out, err = d.run()
+    eq(rc, 1, "--check exit code for a FIFO config.json")
+    contains(err, "config.json: a FIFO, not a regular file", "--check message")
+
+
+@test
+def api_key_file_fifo_refused():
+    d = Daemon()
+    fifo = os.path.join(d.tmp, "key")
+    os.mkfifo(fifo)
+    d.args += ["--api-key-file", fifo]
+    rc, out, err = d.run()
+    eq(rc, 2, "exit code for a FIFO --api-key-file")
+    contains(err, "a FIFO, not a regular file", "message")
 
 
 @test

@@ -91,11 +91,11 @@ def has_prefix(prefix):
 
 @test
 def notify_loading_then_ready():
-    d = pack_daemon(fifo=True, start=False)
+    d = pack_daemon(gate=True, start=False)
     ns = NotifySocket(d)
     try:
         d.start()
-        wait_for(d.fifo.reader_waiting, 5, "the loader to open config.json")
+        wait_for(d.gate.reader_waiting, 5, "the loader to be held at the gate")
         i_load = ns.wait(lambda m: any(l.startswith("STATUS=loading") for l in m)
                          and any(re.match(r"EXTEND_TIMEOUT_USEC=\d+$", l) for l in m),
                          5, "STATUS=loading and EXTEND_TIMEOUT_USEC")
@@ -103,7 +103,7 @@ def notify_loading_then_ready():
               ns.messages)
         eq(d.get("/health").status, 503, "/health while loading")
         check(ns.count("READY=1") == 0, "READY=1 while loading: %r", ns.messages)
-        d.fifo.release()
+        d.gate.release()
         i_ready = ns.index("READY=1")
         check(i_load < i_ready, "loading status came after READY: %r", ns.messages)
         check(has_prefix("STATUS=ready")(ns.messages[i_ready]),
@@ -112,7 +112,7 @@ def notify_loading_then_ready():
         stop_ok(d)
         ns.wait(lambda m: "STOPPING=1" in m, 3, "STOPPING=1")
     finally:
-        d.fifo.release()
+        d.gate.release()
         ns.close()
 
 
