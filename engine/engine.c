@@ -151,6 +151,8 @@ int eng_engine_open(const char *dir, const struct eng_engine_opts *o, eng_worker
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     if ((rc = eng_tokenizer_load(path, &e->tok, err, errlen)) != 0)
         goto fail;
+    if ((rc = eng_tokenizer_check_model(e->tok, info->hp.n_vocab, err, errlen)) != 0)
+        goto fail;
     int n = eng_pack_stop_ids(e->pack, e->stop_ids, ENG_GEN_MAX_STOP_IDS, err, errlen);
     if (n < 0) {
         rc = n;

@@ -300,6 +300,30 @@ def check_missing_config_json():
 
 
 @test
+def check_tokenizer_beyond_vocab():
+    """Issue 14 item 9: an added token whose id is past the model's vocab_size fails
+    --check (and the load) with one line naming the token, instead of loading and
+    then answering 400 to every request that contains it."""
+    d = Daemon(["--check"])
+    pack = make_pack(d.tmp, PACK)
+    with open(os.path.join(pack, "config.json")) as f:
+        vocab = json.load(f)["vocab_size"]
+    path = os.path.join(pack, "tokenizer.json")
+    with open(path) as f:
+        tok = json.load(f)
+    tok["added_tokens"].append({"id": vocab, "content": "<|past_the_end|>", "special": True,
+                                "single_word": False, "lstrip": False, "rstrip": False,
+                                "normalized": False})
+    with open(path, "w") as f:
+        json.dump(tok, f)
+    d.args += ["--model", pack]
+    rc, out, err = d.run()
+    eq(rc, 1, "--check exit code for a tokenizer that does not fit the model")
+    contains(err, 'special token "<|past_the_end|>" has id %d' % vocab, "--check message")
+    eq(len(err.strip().splitlines()), 1, "one line: %r" % err)
+
+
+@test
 def check_no_model():
     d = Daemon(["--check"])
     rc, out, err = d.run()
