@@ -196,6 +196,8 @@ struct api_device_error {
     int layer_first, layer_last;   /* the layers that chunk covers, inclusive; a
                                     * last below first (a runlist without layers)
                                     * is not mentioned in the message */
+    bool head;                  /* the head runlist (final norm + lm_head, no layers):
+                                 * "runlist":"head", no layer_first/layer_last */
     int token_pos;              /* the position being computed */
     int64_t elapsed_ms;         /* of the failed submission */
     const char *device;         /* e.g. "xrt" */
@@ -207,7 +209,8 @@ struct api_device_error {
 /* {"error":{"message", "type":"device_error", "param":null, "code":"<ert_name in
  * lower case>" (e.g. "ert_cmd_state_timeout";
  * "device_error" without a name), "ert_state", "phase", "chunk_index",
- * "chunk_count", "layer_first", "layer_last", "token_pos", "elapsed_ms", "device",
+ * "chunk_count", "layer_first", "layer_last" (or "runlist":"head"), "token_pos",
+ * "elapsed_ms", "device",
  * "attempts"}}. Status: 503 + Retry-After when the device was reset and serves
  * again, 500 when it could not be reset (server/chat.c). */
 json_t *api_device_error_json(const struct api_device_error *e);

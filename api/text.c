@@ -49,10 +49,62 @@ int api_refuse(struct api_bad_request *bad, enum api_error e, const char *param,
 
 /* ---- bodies ----------------------------------------------------------------- */
 
+/* The path of the first number in `v` that no int64 holds ("max_tokens",
+ * "messages[2].content[0].x"), into `out`. Returns true when found. */
+static bool find_huge(const json_t *v, char *out, size_t len, size_t at)
+{
+    if (json_is_real(v)) {
+        double x = json_real_value(v);
+        return x >= 9223372036854775808.0 || x < -9223372036854775808.0;
+    }
+    if (json_is_object(v)) {
+        const char *k;
+        json_t *m;
+        json_object_foreach((json_t *)v, k, m) {
+            int n = snprintf(out + at, len - at, "%s%s", at ? "." : "", k);
+            if (n > 0 && at + (size_t)n < len && find_huge(m, out, len, at + (size_t)n))
+                return true;
+        }
+    } else if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            int n = snprintf(out + at, len - at, "[%zu]", i);
+            if (n > 0 && at + (size_t)n < len && find_huge(json_array_get(v, i), out, len, at + (size_t)n))
+                return true;
+        }
+    }
+    out[at] = '\0';
+    return false;
+}
+
+/* jansson refuses an integer beyond int64 as "too big integer" (a parse error); the
+ * client sent valid JSON with a value out of range, so say which field (a 400 like
+ * any out-of-range value; llama.cpp's server answers the same with a 400). Found by
+ * parsing again with integers as reals, which only this error path pays for. */
+static void refuse_overflow(const char *body, size_t len, const json_error_t *first,
+                            struct api_bad_request *bad)
+{
+    json_error_t e;
+    char path[128] = "";
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &e);
+    bool found = root && find_huge(root, path, sizeof path, 0) && path[0];
+    json_decref(root);
+    if (found)
+        api_refuse(bad, API_ERR_BAD_REQUEST, path,
+                   "'%s' is out of range: integers must fit in 64 bits", path);
+    else
+        api_refuse(bad, API_ERR_BAD_REQUEST, NULL,
+                   "a number in the request body is out of range (line %d, column %d)",
+                   first->line, first->column);
+}
+
 json_t *api_parse_object(const char *body, size_t len, struct api_bad_request *bad)
 {
     json_error_t e;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &e);
+    if (!root && json_error_code(&e) == json_error_numeric_overflow) {
+        refuse_overflow(body, len, &e, bad);
+        return NULL;
+    }
     if (!root) {
         api_refuse(bad, API_ERR_INVALID_JSON, NULL, "request body is not valid JSON: %s (line %d, "
                                                 "column %d)",

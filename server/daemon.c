@@ -53,7 +53,7 @@ struct daemon {
     struct srv_app app;
     uv_loop_t loop;
     srv_mailbox *mailbox;
-    uv_signal_t sig_term, sig_int, sig_hup;
+    uv_signal_t sig_term, sig_int, sig_hup, sig_usr1;
     uv_timer_t watchdog, extend, drain, ping;
     int64_t watchdog_usec;
     uv_thread_t loader;
@@ -281,6 +281,7 @@ static void stop_now(struct daemon *d)
     close_handle((uv_handle_t *)&d->sig_term);
     close_handle((uv_handle_t *)&d->sig_int);
     close_handle((uv_handle_t *)&d->sig_hup);
+    close_handle((uv_handle_t *)&d->sig_usr1);
     close_handle((uv_handle_t *)&d->watchdog);
     close_handle((uv_handle_t *)&d->extend);
     close_handle((uv_handle_t *)&d->drain);
@@ -323,12 +324,15 @@ static void begin_shutdown(struct daemon *d, const char *why)
 static void on_signal(uv_signal_t *s, int signum)
 {
     struct daemon *d = s->data;
-    if (signum == SIGHUP) {
+    /* SIGUSR1 reopens the log like SIGHUP: nginx's meaning of USR1, which
+     * logrotate configurations already send (SIGUSR2 is ignored, in main()). */
+    if (signum == SIGHUP || signum == SIGUSR1) {
+        const char *name = signum == SIGHUP ? "SIGHUP" : "SIGUSR1";
         int rc = srv_log_reopen();
         if (rc < 0)
-            log_error("SIGHUP: cannot reopen the log file: %s", strerror(-rc));
+            log_error("%s: cannot reopen the log file: %s", name, strerror(-rc));
         else
-            log_info("SIGHUP: log file reopened");
+            log_info("%s: log file reopened", name);
         return;
     }
     begin_shutdown(d, signum == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -354,14 +358,16 @@ static int init_handles(struct daemon *d)
     uv_signal_init(&d->loop, &d->sig_term);
     uv_signal_init(&d->loop, &d->sig_int);
     uv_signal_init(&d->loop, &d->sig_hup);
+    uv_signal_init(&d->loop, &d->sig_usr1);
     uv_timer_init(&d->loop, &d->watchdog);
     uv_timer_init(&d->loop, &d->extend);
     uv_timer_init(&d->loop, &d->drain);
-    d->sig_term.data = d->sig_int.data = d->sig_hup.data = d;
+    d->sig_term.data = d->sig_int.data = d->sig_hup.data = d->sig_usr1.data = d;
     d->watchdog.data = d->extend.data = d->drain.data = d;
     uv_signal_start(&d->sig_term, on_signal, SIGTERM);
     uv_signal_start(&d->sig_int, on_signal, SIGINT);
     uv_signal_start(&d->sig_hup, on_signal, SIGHUP);
+    uv_signal_start(&d->sig_usr1, on_signal, SIGUSR1);
     d->mailbox = srv_mailbox_new(&d->loop);
     d->app.mailbox = d->mailbox;
     uv_timer_init(&d->loop, &d->ping);

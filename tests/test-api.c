@@ -1,6 +1,7 @@
 /* api/: OpenAI error objects, /health and /v1/models bodies, parsed back with
  * jansson so the tests check JSON, not byte strings. */
 #include "api/api.h"
+#include "api/text.h"
 
 #include "tests/check.h"
 #include <jansson.h>
@@ -133,4 +134,31 @@ MCD_TEST(api_models, empty_list)
     json_t *j = parse(api_models_body(NULL, 0));
     cr_assert_eq(json_array_size(json_object_get(j, "data")), 0);
     json_decref(j);
+}
+
+/* Issue 14 item 13: an integer beyond int64 is valid JSON with a value out of
+ * range; the 400 names the field instead of saying "not valid JSON". */
+MCD_TEST(api_body, huge_integer_names_the_field)
+{
+    struct api_bad_request bad;
+    const char *b = "{\"model\":\"m\",\"max_tokens\":99999999999999999999}";
+    cr_assert_null(api_parse_object(b, strlen(b), &bad));
+    cr_assert_eq(bad.error, API_ERR_BAD_REQUEST);
+    cr_assert_str_eq(bad.param, "max_tokens");
+    cr_assert(strstr(bad.message, "'max_tokens' is out of range"), "%s", bad.message);
+    cr_assert_null(strstr(bad.message, "not valid JSON"), "%s", bad.message);
+
+    b = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"x\":[1,-99999999999999999999]}]}";
+    cr_assert_null(api_parse_object(b, strlen(b), &bad));
+    cr_assert_str_eq(bad.param, "messages[1].x[1]");
+
+    /* Still within int64: parsed. */
+    b = "{\"seed\":9223372036854775807}";
+    json_t *root = api_parse_object(b, strlen(b), &bad);
+    cr_assert_not_null(root);
+    json_decref(root);
+    /* Broken JSON stays "not valid JSON". */
+    b = "{\"seed\":}";
+    cr_assert_null(api_parse_object(b, strlen(b), &bad));
+    cr_assert(strstr(bad.message, "not valid JSON"), "%s", bad.message);
 }

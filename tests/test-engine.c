@@ -200,3 +200,13 @@ MCD_TEST(pack, tokenizer_directory_refused)
     expect_error("tokenizer.json: a directory, not a regular file");
     rmdir(path);
 }
+
+/* Issue 14 item 13: a 1 TiB sparse weights file is refused at open, not mapped and
+ * reported as "weights 1048576.0 MiB". */
+MCD_TEST(pack, sparse_terabyte_weights_refused)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    cr_assert_eq(truncate(path, 1ll << 40), 0);
+    expect_error("model.safetensors: 1048576.0 MiB is more than a model of this shape can hold");
+}

@@ -132,6 +132,19 @@ static int read_hparams(json_t *cfg, const char *path, struct eng_hparams *hp, c
     return 0;
 }
 
+/* The most bytes the weights of this shape can take: every tensor in f32 (a pack
+ * may replicate the KV heads, so counted as n_heads), plus 10% and 64 MiB for
+ * headers, alignment and extra tensors. A file above it is not this model's
+ * weights: a sparse or corrupt file would otherwise be mapped and "loaded" as
+ * "weights 1048576.0 MiB" (issue 14, item 13). */
+static double max_weights_bytes(const struct eng_hparams *hp)
+{
+    double e = hp->n_embd, q = (double)hp->n_heads * hp->head_dim;
+    double per_layer = e * q * 4 + 3 * e * hp->n_ff + 2 * e + 2.0 * hp->head_dim;
+    double params = (double)hp->n_vocab * e * 2 + hp->n_layers * per_layer + e;
+    return params * 4 * 1.1 + 64.0 * 1024 * 1024;
+}
+
 /* The weights: a Q4NX file first (the NPU pack), else the HF checkpoint. */
 static int find_weights(const char *dir, struct eng_pack_info *info, char *err, size_t errlen)
 {
@@ -152,6 +165,14 @@ static int find_weights(const char *dir, struct eng_pack_info *info, char *err, 
             return eng__fail(err, errlen, (int)sz, "%s/%s: %s", dir, candidates[i].name, why);
         if (sz == 0)
             return eng__fail(err, errlen, -EINVAL, "%s/%s: file is empty", dir, candidates[i].name);
+        if (candidates[i].format != ENG_WEIGHTS_SAFETENSORS_SHARDED &&
+            (double)sz > max_weights_bytes(&info->hp))
+            return eng__fail(err, errlen, -EINVAL,
+                             "%s/%s: %.1f MiB is more than a model of this shape can hold "
+                             "(%.1f MiB even in f32): not this model's weights (a sparse or "
+                             "corrupt file?)",
+                             dir, candidates[i].name, (double)sz / (1024.0 * 1024.0),
+                             max_weights_bytes(&info->hp) / (1024.0 * 1024.0));
         info->format = candidates[i].format;
         info->weights_bytes = sz;
         return 0;

@@ -322,6 +322,19 @@ def deep_chat(d, **kw):
 
 
 @test
+def sim_head_runlist_fault_names_the_head():
+    """Issue 14 item 13: a fault in the head runlist (final norm + lm_head, no
+    layers) was reported as layer_first 42, layer_last 41; it is "runlist":"head"."""
+    d = deep_daemon(["--runlist-layers", "21", "--fault", "phase=prefill,layer=head,state=ERROR"])
+    r = deep_chat(d)
+    err = assert_error_object(r, type_="device_error", code="ert_cmd_state_error")
+    eq(err.get("runlist"), "head", "runlist")
+    check("layer_first" not in err and "layer_last" not in err, "layer range on the head: %r", err)
+    contains(err["message"], "the head runlist", "message")
+    stop_ok(d)
+
+
+@test
 def sim_monolithic_runlist_times_out():
     """--runlist-layers all on 42 layers with a 36-command firmware limit: the
     structured ert_cmd_state_timeout error, and the daemon keeps serving."""

@@ -453,5 +453,43 @@ def sighup_without_log_file_keeps_running():
     stop_ok(d)
 
 
+
+@test
+def sigusr1_reopens_log_sigusr2_ignored():
+    """Issue 14 item 13: SIGUSR1/SIGUSR2 used to kill the daemon (their default
+    action). SIGUSR1 now reopens the log like SIGHUP (nginx's USR1); SIGUSR2 is
+    ignored."""
+    d = Daemon()
+    logdir = os.path.join(d.tmp, "logs")
+    os.makedirs(logdir)
+    path = os.path.join(logdir, "minicpmd.log")
+    rotated = path + ".1"
+    d.args += ["--log-file", path]
+    d.extra_logs = [rotated, path]
+    d.start()
+    d.send_signal(signal.SIGUSR2)
+    os.rename(path, rotated)
+    d.send_signal(signal.SIGUSR1)
+    wait_for(lambda: os.path.exists(path) and "SIGUSR1: log file reopened" in open(path).read(),
+             30, "the reopen line in a new log file after SIGUSR1")
+    check(d.alive(), "daemon died on SIGUSR1/SIGUSR2")
+    eq(d.get("/health").status, 503, "/health after SIGUSR1/SIGUSR2 (no model)")
+    stop_ok(d)
+
+
+@test
+def model_control_characters_escaped():
+    """Issue 14 item 13: an operator string (--model) with control characters is
+    printed escaped, on one line, never raw to a terminal or a log."""
+    d = Daemon(["--check"])
+    pack = make_pack(d.tmp, "a\x1b[31mred\nx")
+    d.args += ["--model", pack]
+    rc, out, err = d.run()
+    eq(rc, 0, "--check exit code; stderr=%r" % err)
+    check("\x1b" not in out + err, "a raw ESC reached the output: %r", out + err)
+    contains(out, "a\\x1b[31mred\\x0ax", "--check line")
+    eq(len(out.strip().splitlines()), 1, "one line: %r" % out)
+
+
 if __name__ == "__main__":
     run_main()
