@@ -11,6 +11,7 @@
 #include "server/daemon.h"
 #include "server/log.h"
 
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,6 +109,11 @@ int main(int argc, char **argv)
 
     /* Writes to vanished clients must fail with EPIPE, not kill the daemon. */
     signal(SIGPIPE, SIG_IGN);
+    /* Blocks of 1 MiB and more (request bodies, big answers) are mmapped and go back
+     * to the system when freed. A fixed threshold also stops glibc from raising it
+     * after the first big free, which kept a /tokenize burst's gigabytes resident
+     * at idle (issue 14, item 1). */
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
     /* SIGUSR1/SIGUSR2 must not kill the daemon (their default action): the loop
      * makes SIGUSR1 reopen the log (server/daemon.c); SIGUSR2 means nothing here. */
     signal(SIGUSR1, SIG_IGN);

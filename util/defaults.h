@@ -13,6 +13,17 @@
  * (--runlist-retries). */
 #define UT_RUNLIST_RETRIES_DEFAULT 4
 
+/* /tokenize, /detokenize, /apply-template: how many of their jobs may hold a libuv
+ * pool thread at once (the others queue). The pool has 4 threads and also builds
+ * chat prompts: text endpoints must never take them all. */
+#define UT_TEXT_JOBS_IN_FLIGHT 1
+
+/* The largest answer a text endpoint builds (413 beyond): 8 MB of "ab ab ..." with
+ * pieces is 125 MB (demo pack) to 180 MB (a byte per token), and the worst 8 MB body
+ * (invalid UTF-8, a byte per token, given as byte arrays) ~235 MB: the default
+ * --max-body-bytes is always answered; a raised one is bounded here. */
+#define UT_TEXT_MAX_ANSWER_BYTES (256 << 20)
+
 /* Stop strings per request: OpenAI's limit. */
 #define UT_MAX_STOP 4
 
