@@ -24,6 +24,19 @@
  * --max-body-bytes is always answered; a raised one is bounded here. */
 #define UT_TEXT_MAX_ANSWER_BYTES (256 << 20)
 
+/* --runlist-layers auto recovers: after this many tokens (prompt and generated)
+ * run without a fault at a reduced K, the next request tries 2K (at most the
+ * device's default). A probe that hangs halves K back and doubles this interval,
+ * up to UT_RUNLIST_PROBE_TOKENS_MAX: a K that keeps failing is tried rarely, never
+ * given up for good. */
+#define UT_RUNLIST_PROBE_TOKENS 256
+#define UT_RUNLIST_PROBE_TOKENS_MAX (256 * 1024)
+
+/* A K remembered in runlist-k.json is used for this long after it was written;
+ * older, the daemon starts again from the device's default (a driver or firmware
+ * update may have fixed what made it small). */
+#define UT_RUNLIST_K_MAX_AGE_S (7 * 24 * 3600)
+
 /* Stop strings per request: OpenAI's limit. */
 #define UT_MAX_STOP 4
 
