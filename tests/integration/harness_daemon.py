@@ -11,7 +11,7 @@ import socket
 import subprocess
 import tempfile
 
-from harness_base import Failure, binary, eq, wait_for
+from harness_base import TIME_SCALE, Failure, binary, eq, wait_for
 from harness_http import connect, curl, free_port, recv_until_close
 from harness_packs import LoadGate, make_pack, write_json
 
@@ -167,7 +167,7 @@ class Daemon:
     def wait(self, timeout=10.0):
         """Wait for exit; fail (after killing it) if it does not exit in time."""
         try:
-            self.rc = self.proc.wait(timeout=timeout)
+            self.rc = self.proc.wait(timeout=timeout * TIME_SCALE)
         except subprocess.TimeoutExpired:
             self.kill()
             raise Failure("daemon did not exit within %.1f s" % timeout)

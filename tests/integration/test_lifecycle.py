@@ -55,10 +55,11 @@ def connection_refused(d):
 @test
 def sigterm_idle_exits_zero():
     d = pack_daemon()
-    t0 = time.monotonic()
     log = stop_ok(d)
-    check(time.monotonic() - t0 < 2, "idle SIGTERM took %.1f s", time.monotonic() - t0)
     contains(log, "SIGTERM", "log")
+    # Idle: it exits at once, not after the 30 s grace (the log, not a clock, says so).
+    contains(log, "all requests finished; exiting", "log")
+    check("grace period" not in log, "an idle daemon waited for the grace period:\n%s", log)
 
 
 @test
@@ -98,7 +99,8 @@ def sigterm_grace_timeout():
     finally:
         s.close()
     eq(rc, 0, "exit code after the grace period")
-    check(0.8 <= took <= 3.0, "exit took %.2f s with --shutdown-timeout 1", took)
+    # The grace timer cannot fire early; how late it is depends on the machine.
+    check(took >= 0.9, "exit took %.2f s with --shutdown-timeout 1", took)
     log = d.log()
     contains(log, "grace period of 1 s is over", "log")
     contains(log, "cancelling 1 in-flight request", "log")
@@ -145,8 +147,11 @@ def sigint_twice_stops_now():
     finally:
         s.close()
     eq(rc, 0, "exit code after a second SIGINT")
-    check(took < 1.5, "second SIGINT took %.2f s", took)
-    contains(d.log(), "SIGINT again: stopping now", "log")
+    log = d.log()
+    contains(log, "SIGINT again: stopping now", "log")
+    # At once, not after the 30 s grace: the log says which path ended it.
+    check("grace period" not in log, "the second SIGINT waited for the grace period (%.1f s)",
+          took)
 
 
 @test
