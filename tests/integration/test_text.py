@@ -258,13 +258,31 @@ def tokenize_answer_over_the_cap_is_413():
     stop_ok(d)
 
 
+def unread_bytes(port):
+    """Bytes waiting in the receive queues of the daemon's end of its TCP
+    connections on `port` (/proc/net/tcp: rx_queue of local port `port`)."""
+    total = 0
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as f:
+                lines = f.readlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, st, queues = fields[1], fields[3], fields[4]
+            if st == "01" and int(local.rsplit(":", 1)[1], 16) == port:
+                total += int(queues.split(":")[1], 16)
+    return total
+
+
 @test
 def chat_not_starved_by_a_tokenize_burst():
-    """Eight 2 MB /tokenize calls used to take every libuv pool thread, and a chat
+    """Eight 1 MB /tokenize calls used to take every libuv pool thread, and a chat
     request's prompt waited for them (0.01 s -> 8.2 s). Text jobs now take one
     thread at a time: the chat answer comes before any of the burst's answers."""
     d = pack_daemon()
-    body = json.dumps({"content": "ab " * 700_000, "with_pieces": True}).encode()
+    body = json.dumps({"content": "ab " * 350_000, "with_pieces": True}).encode()
     head = ("POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             "Content-Length: %d\r\n\r\n" % len(body)).encode()
     socks = []
@@ -273,6 +291,10 @@ def chat_not_starved_by_a_tokenize_burst():
             s = d.connect(timeout=60)
             s.sendall(head + body)
             socks.append(s)
+        # sendall() returns once the kernel has the bytes; wait until the daemon has
+        # read them all (its sockets' receive queues are empty), so the eight jobs
+        # are queued before the chat request arrives.
+        wait_for(lambda: unread_bytes(d.port) == 0, 60, "the daemon to read the eight bodies")
         r = post_json(d, "/v1/chat/completions",
                       {"model": "MiniCPM5-2B", "messages": [{"role": "user", "content": "hi"}],
                        "max_tokens": 1},
@@ -283,6 +305,20 @@ def chat_not_starved_by_a_tokenize_burst():
     finally:
         for s in socks:
             s.close()
+    stop_ok(d)
+
+
+
+@test
+def integer_past_int64_names_the_field():
+    """Issue 14 item 13: an integer beyond int64 was "not valid JSON"; it is a 400
+    naming the field."""
+    d = pack_daemon()
+    body = b'{"content": "x", "with_pieces": 99999999999999999999}'
+    r = d.post("/tokenize", data=body, headers={"Content-Type": "application/json"})
+    err = assert_error_object(r, status=400, param="with_pieces")
+    check("not valid JSON" not in err["message"], "message: %r", err["message"])
+    check("out of range" in err["message"], "message: %r", err["message"])
     stop_ok(d)
 
 
