@@ -454,17 +454,25 @@ MCD_TEST(tokenizer, detok_stream_equals_decode_qwen3)
 
 /* ---- bad files ---------------------------------------------------------------- */
 
-static void expect_refused(const char *json, const char *needle)
+/* Load `json` as a tokenizer.json: the tokenizer or NULL, the message in err. */
+static eng_tokenizer *load_json(const char *json, char *err, size_t errlen)
 {
     char tmp[] = "/tmp/mcd-tok-XXXXXX";
     int fd = mkstemp(tmp);
     cr_assert_geq(fd, 0);
     cr_assert_eq(write(fd, json, strlen(json)), (ssize_t)strlen(json));
     close(fd);
-    char err[512] = "";
     eng_tokenizer *t;
-    eng_tokenizer_load(tmp, &t, err, sizeof err);
+    err[0] = '\0';
+    eng_tokenizer_load(tmp, &t, err, errlen);
     unlink(tmp);
+    return t;
+}
+
+static void expect_refused(const char *json, const char *needle)
+{
+    char err[512];
+    eng_tokenizer *t = load_json(json, err, sizeof err);
     cr_assert_null(t, "accepted: %s", json);
     cr_assert_neq(err[0], '\0');
     cr_assert_null(strchr(err, '\n'), "not one line: %s", err);
@@ -594,15 +602,8 @@ MCD_TEST(tokenizer, concurrent_encode)
 
 static eng_tokenizer *load_text(const char *json)
 {
-    char tmp[] = "/tmp/mcd-tok-XXXXXX";
-    int fd = mkstemp(tmp);
-    cr_assert_geq(fd, 0);
-    cr_assert_eq(write(fd, json, strlen(json)), (ssize_t)strlen(json));
-    close(fd);
-    char err[512] = "";
-    eng_tokenizer *t;
-    eng_tokenizer_load(tmp, &t, err, sizeof err);
-    unlink(tmp);
+    char err[512];
+    eng_tokenizer *t = load_json(json, err, sizeof err);
     cr_assert_not_null(t, "%s", err);
     return t;
 }

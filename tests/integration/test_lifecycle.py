@@ -203,13 +203,20 @@ def fifo_config_json_refused_at_once():
     contains(d.log(), "config.json: a FIFO, not a regular file", "log")
 
 
+def refused_at_once(args, want_rc, want):
+    """Run with `args` (a FIFO somewhere a regular file is expected): the daemon
+    exits with want_rc and one line containing `want`, instead of blocking."""
+    d = Daemon(args)
+    rc, out, err = d.run()
+    eq(rc, want_rc, "exit code for %r" % (args,))
+    contains(err, want, "message")
+
+
 @test
 def check_fifo_config_json():
-    d = Daemon(["--check"])
-    d.args += ["--model", fifo_pack(d)]
-    rc, out, err = d.run()
-    eq(rc, 1, "--check exit code for a FIFO config.json")
-    contains(err, "config.json: a FIFO, not a regular file", "--check message")
+    d = Daemon()
+    refused_at_once(["--check", "--model", fifo_pack(d)], 1,
+                    "config.json: a FIFO, not a regular file")
 
 
 @test
@@ -217,10 +224,7 @@ def api_key_file_fifo_refused():
     d = Daemon()
     fifo = os.path.join(d.tmp, "key")
     os.mkfifo(fifo)
-    d.args += ["--api-key-file", fifo]
-    rc, out, err = d.run()
-    eq(rc, 2, "exit code for a FIFO --api-key-file")
-    contains(err, "a FIFO, not a regular file", "message")
+    refused_at_once(["--api-key-file", fifo], 2, "a FIFO, not a regular file")
 
 
 @test
