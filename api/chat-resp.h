@@ -196,14 +196,14 @@ struct api_device_error {
     int layer_first, layer_last;   /* the layers that chunk covers, inclusive; a
                                     * last below first (a runlist without layers)
                                     * is not mentioned in the message */
-    bool head;                  /* the head runlist (final norm + lm_head, no layers):
-                                 * "runlist":"head", no layer_first/layer_last */
     int token_pos;              /* the position being computed */
     int64_t elapsed_ms;         /* of the failed submission */
     const char *device;         /* e.g. "xrt" */
     int attempts;               /* submissions tried, retries included */
     bool unrecovered;           /* the device could not be reset (HTTP 500): the
                                  * message says so instead of "it may be retried" */
+    bool head;                  /* the head runlist (final norm + lm_head, no layers):
+                                 * "runlist":"head", no layer_first/layer_last */
 };
 
 /* {"error":{"message", "type":"device_error", "param":null, "code":"<ert_name in
