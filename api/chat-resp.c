@@ -521,7 +521,9 @@ json_t *api_device_error_json(const struct api_device_error *e)
         if (e->chunk_count >= 0)
             appendf(msg, sizeof msg, &at, " of %d", e->chunk_count);
     }
-    if (e->layer_first >= 0 && e->layer_last >= e->layer_first)
+    if (e->head)
+        appendf(msg, sizeof msg, &at, " (the head runlist: final norm and lm_head)");
+    else if (e->layer_first >= 0 && e->layer_last >= e->layer_first)
         appendf(msg, sizeof msg, &at, " (layers %d-%d)", e->layer_first, e->layer_last);
     if (e->token_pos >= 0)
         appendf(msg, sizeof msg, &at, " at token %d", e->token_pos);
@@ -542,8 +544,9 @@ json_t *api_device_error_json(const struct api_device_error *e)
               (!e->phase || put(err, "phase", text(e->phase))) &&
               put_int(err, "chunk_index", e->chunk_index) &&
               put_int(err, "chunk_count", e->chunk_count) &&
-              put_int(err, "layer_first", e->layer_first) &&
-              put_int(err, "layer_last", e->layer_last) &&
+              (e->head ? put(err, "runlist", text("head"))
+                       : put_int(err, "layer_first", e->layer_first) &&
+                             put_int(err, "layer_last", e->layer_last)) &&
               put_int(err, "token_pos", e->token_pos) &&
               put_int(err, "elapsed_ms", e->elapsed_ms) &&
               (!e->device || put(err, "device", text(e->device))) &&

@@ -202,12 +202,15 @@ struct api_device_error {
     int attempts;               /* submissions tried, retries included */
     bool unrecovered;           /* the device could not be reset (HTTP 500): the
                                  * message says so instead of "it may be retried" */
+    bool head;                  /* the head runlist (final norm + lm_head, no layers):
+                                 * "runlist":"head", no layer_first/layer_last */
 };
 
 /* {"error":{"message", "type":"device_error", "param":null, "code":"<ert_name in
  * lower case>" (e.g. "ert_cmd_state_timeout";
  * "device_error" without a name), "ert_state", "phase", "chunk_index",
- * "chunk_count", "layer_first", "layer_last", "token_pos", "elapsed_ms", "device",
+ * "chunk_count", "layer_first", "layer_last" (or "runlist":"head"), "token_pos",
+ * "elapsed_ms", "device",
  * "attempts"}}. Status: 503 + Retry-After when the device was reset and serves
  * again, 500 when it could not be reset (server/chat.c). */
 json_t *api_device_error_json(const struct api_device_error *e);

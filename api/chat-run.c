@@ -389,20 +389,27 @@ void api_chat_run_done(api_chat_run *c, const struct eng_done_event *d, const ch
         finish_message(c, fr, &u, &at);
 }
 
+void api_chat_device_error(const struct eng_device_error *d, bool retryable,
+                           struct api_device_error *out)
+{
+    bool head = d->layer_end <= d->layer_begin;
+    *out = (struct api_device_error){
+        .ert_state = (int)d->state, .ert_name = eng_ert_name((int)d->state),
+        .phase = eng_phase_name((int)d->phase), .chunk_index = d->chunk_index,
+        .chunk_count = d->chunk_count, .layer_first = head ? -1 : d->layer_begin,
+        .layer_last = head ? -1 : d->layer_end - 1, .head = head, .token_pos = d->token_pos,
+        .elapsed_ms = (int64_t)d->elapsed_ms, .device = d->device, .attempts = d->attempts,
+        .unrecovered = !retryable,
+    };
+}
+
 void api_chat_run_error(api_chat_run *c, const struct eng_error_event *e)
 {
     char *body;
     enum api_error ae;
     if (e->has_device_error) {
-        const struct eng_device_error *d = &e->device;
-        struct api_device_error ad = {
-            .ert_state = (int)d->state, .ert_name = eng_ert_name((int)d->state),
-            .phase = eng_phase_name((int)d->phase), .chunk_index = d->chunk_index,
-            .chunk_count = d->chunk_count, .layer_first = d->layer_begin,
-            .layer_last = d->layer_end - 1, .token_pos = d->token_pos,
-            .elapsed_ms = (int64_t)d->elapsed_ms, .device = d->device, .attempts = d->attempts,
-            .unrecovered = !e->retryable,
-        };
+        struct api_device_error ad;
+        api_chat_device_error(&e->device, e->retryable, &ad);
         body = api_device_error_body(&ad);
         ae = e->retryable ? API_ERR_DEVICE_RESET : API_ERR_DEVICE_FAULT;
     } else {

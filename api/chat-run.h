@@ -72,6 +72,12 @@ void api_chat_run_token(api_chat_run *c, const struct eng_token_event *t, const 
 void api_chat_run_done(api_chat_run *c, const struct eng_done_event *d, const char *text);
 void api_chat_run_error(api_chat_run *c, const struct eng_error_event *e);
 
+/* The worker's device error as the API reports it: layer_first/layer_last are
+ * layer_begin and layer_end - 1, except for the head runlist (no layers), which is
+ * `head` with no layer range. */
+void api_chat_device_error(const struct eng_device_error *d, bool retryable,
+                           struct api_device_error *out);
+
 /* The answer to a request the engine did not take: eng_engine_submit()'s -EBUSY
  * (queue_size is the limit) or -ESHUTDOWN, or a prompt that leaves no room in the
  * context (-ERANGE, with n_ctx and n_prompt). Through the sink's answer. */

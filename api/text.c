@@ -1,4 +1,5 @@
 #include "api/text.h"
+#include "util/buf.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -49,6 +50,54 @@ int api_refuse(struct api_bad_request *bad, enum api_error e, const char *param,
 
 /* ---- bodies ----------------------------------------------------------------- */
 
+/* The path of the first number in `v` that no int64 holds ("max_tokens",
+ * "messages[2].content[0].x"), into `out`. Returns true when found. */
+static bool find_huge(const json_t *v, char *out, size_t len, size_t at)
+{
+    if (json_is_real(v)) {
+        double x = json_real_value(v);
+        return x >= 9223372036854775808.0 || x < -9223372036854775808.0;
+    }
+    if (json_is_object(v)) {
+        const char *k;
+        json_t *m;
+        json_object_foreach((json_t *)v, k, m) {
+            int n = snprintf(out + at, len - at, "%s%s", at ? "." : "", k);
+            if (n > 0 && at + (size_t)n < len && find_huge(m, out, len, at + (size_t)n))
+                return true;
+        }
+    } else if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            int n = snprintf(out + at, len - at, "[%zu]", i);
+            if (n > 0 && at + (size_t)n < len && find_huge(json_array_get(v, i), out, len, at + (size_t)n))
+                return true;
+        }
+    }
+    out[at] = '\0';
+    return false;
+}
+
+/* jansson refuses an integer beyond int64 as "too big integer" (a parse error); the
+ * client sent valid JSON with a value out of range, so say which field (a 400 like
+ * any out-of-range value; llama.cpp's server answers the same with a 400). Found by
+ * parsing again with integers as reals, which only this error path pays for. */
+static void refuse_overflow(const char *body, size_t len, const json_error_t *first,
+                            struct api_bad_request *bad)
+{
+    json_error_t e;
+    char path[128] = "";
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &e);
+    bool found = root && find_huge(root, path, sizeof path, 0) && path[0];
+    json_decref(root);
+    if (found)
+        api_refuse(bad, API_ERR_BAD_REQUEST, path,
+                   "'%s' is out of range: integers must fit in 64 bits", path);
+    else
+        api_refuse(bad, API_ERR_BAD_REQUEST, NULL,
+                   "a number in the request body is out of range (line %d, column %d)",
+                   first->line, first->column);
+}
+
 json_t *api_parse_object(const char *body, size_t len, struct api_bad_request *bad)
 {
     json_error_t e;
@@ -61,6 +110,10 @@ json_t *api_parse_object(const char *body, size_t len, struct api_bad_request *b
                                                 "character), which minicpmd does not accept in "
                                                 "any field (line %d, column %d)",
                    e.line, e.column);
+        return NULL;
+    }
+    if (!root && json_error_code(&e) == json_error_numeric_overflow) {
+        refuse_overflow(body, len, &e, bad);
         return NULL;
     }
     if (!root) {
@@ -117,33 +170,68 @@ static char *dump(json_t *root)
     return s;
 }
 
-static json_t *piece_json(const char *bytes, size_t len)
+/* Room for `more` bytes (and the NUL) at the end of `b`. */
+static int reserve(ut_buf *b, size_t more)
 {
-    json_t *s = json_stringn(bytes, len); /* NULL if not valid UTF-8 */
-    if (s)
-        return s;
-    json_t *arr = json_array();
-    for (size_t i = 0; arr && i < len; i++)
-        json_array_append_new(arr, json_integer((unsigned char)bytes[i]));
-    return arr;
+    if (b->cap - b->n > more)
+        return 0;
+    int rc = ut_grow((void **)&b->p, &b->cap, b->n + more + 1, 1, 1 << 16);
+    b->oom |= rc != 0;
+    return rc;
 }
 
-char *api_tokenize_body(const int32_t *ids, size_t n, const char *const *pieces,
-                        const size_t *piece_lens)
+/* One piece: a JSON string when it is valid UTF-8 on its own, else its bytes. */
+static int add_piece(ut_buf *b, const char *bytes, size_t len)
 {
-    json_t *tokens = json_array();
-    if (!tokens)
-        return NULL;
-    for (size_t i = 0; i < n; i++) {
-        json_t *t = pieces ? json_pack("{s:I, s:o}", "id", (json_int_t)ids[i], "piece",
-                                       piece_json(pieces[i], piece_lens[i]))
-                           : json_integer(ids[i]);
-        if (!t || json_array_append_new(tokens, t) != 0) {
-            json_decref(tokens);
-            return NULL;
+    json_t *s = json_stringn(bytes, len); /* NULL if not valid UTF-8 */
+    if (!s) {
+        ut_buf_addc(b, '[');
+        for (size_t i = 0; i < len; i++)
+            ut_buf_printf(b, i ? ",%u" : "%u", (unsigned char)bytes[i]);
+        return ut_buf_addc(b, ']');
+    }
+    size_t flags = JSON_ENCODE_ANY | JSON_COMPACT, need = 6 * len + 3;
+    int rc = reserve(b, need);
+    if (rc == 0) {
+        size_t w = json_dumpb(s, b->p + b->n, need, flags);
+        if (w == 0 || w > need)
+            rc = -ENOMEM;
+        else
+            b->n += w;
+        b->p[b->n] = '\0';
+    }
+    json_decref(s);
+    return rc;
+}
+
+int api_tokenize_body(const int32_t *ids, size_t n, const eng_tokenizer *tok, size_t max_bytes,
+                      char **out)
+{
+    ut_buf b = {0};
+    *out = NULL;
+    ut_buf_adds(&b, "{\"tokens\":[");
+    for (size_t i = 0; i < n && !b.oom; i++) {
+        if (!tok) {
+            ut_buf_printf(&b, i ? ",%d" : "%d", (int)ids[i]);
+        } else {
+            const char *bytes;
+            size_t len = eng_tokenizer_token_bytes(tok, ids[i], false, &bytes);
+            ut_buf_printf(&b, i ? ",{\"id\":%d,\"piece\":" : "{\"id\":%d,\"piece\":", (int)ids[i]);
+            add_piece(&b, bytes, len);
+            ut_buf_addc(&b, '}');
+        }
+        if (b.n > max_bytes) {
+            ut_buf_free(&b);
+            return -EFBIG;
         }
     }
-    return dump(json_pack("{s:o}", "tokens", tokens));
+    ut_buf_adds(&b, "]}");
+    if (b.oom) {
+        ut_buf_free(&b);
+        return -ENOMEM;
+    }
+    *out = b.p;
+    return 0;
 }
 
 int api_detokenize_parse(const json_t *root, int32_t n_vocab, int32_t **ids, size_t *n,

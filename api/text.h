@@ -4,6 +4,7 @@
 #define MINICPMD_API_TEXT_H
 
 #include "api/api.h"
+#include "engine/tokenizer.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -43,11 +44,14 @@ struct api_tokenize_req {
 int api_tokenize_parse(const json_t *root, struct api_tokenize_req *req,
                        struct api_bad_request *bad);
 
-/* {"tokens":[ids]} or, with pieces, {"tokens":[{"id":n,"piece":"text"|[bytes]}]}:
- * a piece that is not valid UTF-8 on its own is given as its byte values, as
- * llama.cpp does. `pieces`/`piece_lens` may be NULL. */
-char *api_tokenize_body(const int32_t *ids, size_t n, const char *const *pieces,
-                        const size_t *piece_lens);
+/* {"tokens":[ids]} or, with pieces (`tok` not NULL), {"tokens":[{"id":n,"piece":
+ * "text"|[bytes]}]}: a piece that is not valid UTF-8 on its own is given as its
+ * byte values, as llama.cpp does. Written straight into one growing buffer, never
+ * as a JSON object per token (that cost ~400 bytes a token: 3 GB for an 8 MB body).
+ * 0 with *out set; -EFBIG when the answer would pass `max_bytes` (nothing kept);
+ * -ENOMEM. */
+int api_tokenize_body(const int32_t *ids, size_t n, const eng_tokenizer *tok, size_t max_bytes,
+                      char **out);
 
 /* POST /detokenize {"tokens": [ids]}: ids must be integers in [0, n_vocab). The
  * caller frees *ids. */

@@ -7,6 +7,7 @@
  * loading with one line that names where it came from.
  */
 #include "config/internal.h"
+#include "util/fs.h"
 #include "util/msg.h"
 
 #include <ctype.h>
@@ -25,6 +26,7 @@ static const char *const env_allow[] = { "MINICPMD_CONFIG", "MINICPMD_FAULTS", N
 
 /* An api key file holds one line; anything bigger is a mistake (wrong path). */
 #define KEY_FILE_MAX 4096
+#define CONFIG_FILE_MAX (1 << 20)
 
 /* ---- lists ---------------------------------------------------------------- */
 
@@ -402,7 +404,6 @@ static int check_key_conflict(struct loader *ld, const char *where)
 
 static int apply_file(struct loader *ld, const char *path, bool must_exist)
 {
-    struct stat st;
     json_error_t jerr;
     char origin[PATH_MAX + 128], kb[80];
     const char *key;
@@ -410,15 +411,13 @@ static int apply_file(struct loader *ld, const char *path, bool must_exist)
     FILE *f = NULL;
     int rc = -1;
 
-    if (stat(path, &st) < 0) {
-        if (errno == ENOENT && !must_exist)
+    const char *why;
+    int frc;
+    if (!(f = ut_fopen_regular(path, CONFIG_FILE_MAX, &frc, &why))) {
+        if (frc == -ENOENT && !must_exist)
             return 0;
-        return fail(ld, "config file %s: %s", path, strerror(errno));
+        return fail(ld, "config file %s: %s", path, frc == -EFBIG ? "larger than 1 MiB" : why);
     }
-    if (S_ISDIR(st.st_mode))
-        return fail(ld, "config file %s: is a directory", path);
-    if (!(f = fopen(path, "r")))
-        return fail(ld, "config file %s: %s", path, strerror(errno));
     if (!(ld->cfg->config_path = strdup(path))) {
         rc = oom(ld);
         goto out;
@@ -616,10 +615,12 @@ static int read_key_file(struct loader *ld)
 {
     const char *path = ld->key_file, *origin = ld->key_file_origin;
     char sb[80], buf[KEY_FILE_MAX + 1];
-    FILE *f = fopen(path, "r");
+    const char *why;
+    int frc;
+    FILE *f = ut_fopen_regular(path, 0, &frc, &why);
     cfg__show(path, sb, sizeof sb);
     if (!f)
-        return fail(ld, "%s: cannot read '%s': %s", origin, sb, strerror(errno));
+        return fail(ld, "%s: cannot read '%s': %s", origin, sb, why);
     size_t n = fread(buf, 1, sizeof buf, f);
     int rerr = ferror(f) ? errno : 0;
     fclose(f);
@@ -628,14 +629,18 @@ static int read_key_file(struct loader *ld)
     if (n > KEY_FILE_MAX)
         return fail(ld, "%s: '%s' is larger than %d bytes; it should hold just the key", origin,
                     sb, KEY_FILE_MAX);
-    while (n && isspace((unsigned char)buf[n - 1]))
+    /* The line end a file ends with is not part of the key (one "\n" or "\r\n",
+     * trimmed); any other blank around the key is refused like --api-key's. */
+    if (n && buf[n - 1] == '\n')
+        n--;
+    if (n && buf[n - 1] == '\r')
         n--;
     buf[n] = '\0';
     if (n == 0)
         return fail(ld, "%s: '%s' is empty", origin, sb);
-    if (strlen(buf) != n || cfg__check_secret(buf))
-        return fail(ld, "%s: '%s' holds control characters; it should hold just the key",
-                    origin, sb);
+    const char *bad = strlen(buf) != n ? "contains control characters" : cfg__check_secret(buf);
+    if (bad)
+        return fail(ld, "%s: the key in '%s' %s; it should hold just the key", origin, sb, bad);
     if (!(ld->cfg->api_key = strdup(buf)))
         return oom(ld);
     return 0;

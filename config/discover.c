@@ -10,6 +10,7 @@
 #include "config/config.h"
 #include "config/internal.h"
 #include "minicpmd-build.h"
+#include "util/fs.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -146,11 +147,22 @@ static int try_flm(const struct tag *t, char *const envp[], struct cfg_model_loc
         return 0;
     if (!(list = cfg__path_join(dir, "model_list.json")))
         goto out;
-    root = json_load_file(list, JSON_REJECT_DUPLICATES, &jerr);
+    const char *why;
+    int frc;
+    FILE *f = ut_fopen_regular(list, 1 << 20, &frc, &why);
+    if (!f) {
+        rc = 0;
+        if (frc == -ENOENT)
+            goto out;           /* no FLM here: not worth a word */
+        s->flm_broken = true;
+        setf(s->flm_note, sizeof s->flm_note, "cannot read FastFlowLM's %s (%s)", list,
+             frc == -EFBIG ? "larger than 1 MiB" : why);
+        goto out;
+    }
+    root = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
+    fclose(f);
     if (!root) {
         rc = 0;
-        if (access(list, F_OK) < 0 && errno == ENOENT)
-            goto out;           /* no FLM here: not worth a word */
         s->flm_broken = true;
         if (jerr.line > 0)
             setf(s->flm_note, sizeof s->flm_note, "FastFlowLM's %s is malformed (%d:%d: %s)",

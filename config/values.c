@@ -124,9 +124,16 @@ const char *cfg__check_origin(const char *s)
     return *p == '\0' ? NULL : why;
 }
 
-/* The key travels in an HTTP header, where control bytes cannot. */
+/* The key travels in an HTTP header, where control bytes cannot, and whose value
+ * loses its leading and trailing blanks on the way in (RFC 9110 5.5, OWS): a key
+ * that starts or ends with one could never match, a silent lock-out. Refused at
+ * startup, not trimmed: the operator's key is not guessed at. */
 const char *cfg__check_secret(const char *s)
 {
+    size_t n = strlen(s);
+    if (n && (s[0] == ' ' || s[n - 1] == ' '))
+        return "starts or ends with a space (HTTP strips it from the header, so the key "
+               "could never match)";
     for (; *s; s++)
         if (iscntrl((unsigned char)*s))
             return "contains control characters";

@@ -11,6 +11,7 @@
 #include "engine/worker/sample.h"
 #include "engine/worker/worker.h"
 #include "engine/xrt.h"
+#include "util/fs.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -71,9 +72,16 @@ static void check_template(struct eng_engine *e, const char *dir)
 {
     char path[4096], msg[512];
     snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    int rc;
+    const char *why;
+    FILE *f = ut_fopen_regular(path, 0, &rc, &why);
+    if (!f) {
+        if (rc != -ENOENT && e->log) {
+            snprintf(msg, sizeof msg, "%.160s: %s; ignored", path, why);
+            e->log(e->log_ctx, ENG_LOG_WARN, msg);
+        }
         return;
+    }
     char buf[16384];
     size_t nb = fread(buf, 1, sizeof buf, f);
     fclose(f);
@@ -142,6 +150,8 @@ int eng_engine_open(const char *dir, const struct eng_engine_opts *o, eng_worker
     const struct eng_pack_info *info = eng_pack_get_info(e->pack);
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     if ((rc = eng_tokenizer_load(path, &e->tok, err, errlen)) != 0)
+        goto fail;
+    if ((rc = eng_tokenizer_check_model(e->tok, info->hp.n_vocab, err, errlen)) != 0)
         goto fail;
     int n = eng_pack_stop_ids(e->pack, e->stop_ids, ENG_GEN_MAX_STOP_IDS, err, errlen);
     if (n < 0) {

@@ -214,6 +214,7 @@ struct eng_worker_stats {
     uint64_t runlists_by_state[ENG_ERT_LAST + 1]; /* [state]: runlists that ended so */
     uint64_t device_resets;
     uint64_t k_halvings;
+    uint64_t k_probes;          /* times auto tried a larger K again after good tokens */
     bool device_down;           /* the last device reset failed: requests are refused
                                    until one works (each request tries it first) */
 };

@@ -30,6 +30,13 @@ void eng_tokenizer_free(eng_tokenizer *t);
 /* Number of ids (vocab + added tokens; the largest id + 1). */
 int32_t eng_tokenizer_n_vocab(const eng_tokenizer *t);
 
+/* Does this tokenizer fit a model of `n_vocab` embedding rows? Every id it can
+ * produce must be below n_vocab (an added token beyond it would fail every request
+ * that contains it), and model.vocab must hold the 256 byte-level tokens (without
+ * one, text with that byte is silently dropped). 0, or -EINVAL with one line in
+ * `err` naming the token. */
+int eng_tokenizer_check_model(const eng_tokenizer *t, int32_t n_vocab, char *err, size_t errlen);
+
 /* The id of a token string (vocab or added), or -1. */
 int32_t eng_tokenizer_token_id(const eng_tokenizer *t, const char *token);
 

@@ -26,6 +26,11 @@
 /* While loading, ask systemd for this much more start time, every half of it. */
 #define EXTEND_USEC (20ull * 1000 * 1000)
 #define DRAIN_POLL_MS 50
+/* SIGTERM ends the process within --shutdown-timeout + this, even when something
+ * the shutdown waits for (the loader thread, the worker inside a device call) does
+ * not return: the stop watch then exits 1 (issue 14, item 5). */
+#define STOP_SLACK_S 5
+#define LOAD_GATE_POLL_NS (10 * 1000 * 1000)
 
 struct load_result {
     eng_engine *eng;
@@ -33,11 +38,22 @@ struct load_result {
     char err[512];
 };
 
+/* The stop watch: a thread armed at the first SIGTERM/SIGINT that ends the process
+ * if the orderly stop has not finished by its deadline. A thread, not a loop timer,
+ * because what blocks may be the loop thread itself (joining the loader). */
+struct stop_watch {
+    uv_thread_t thread;
+    uv_mutex_t mu;
+    uv_cond_t cv;
+    bool armed, done;
+    uint64_t timeout_ns;
+};
+
 struct daemon {
     struct srv_app app;
     uv_loop_t loop;
     srv_mailbox *mailbox;
-    uv_signal_t sig_term, sig_int, sig_hup;
+    uv_signal_t sig_term, sig_int, sig_hup, sig_usr1;
     uv_timer_t watchdog, extend, drain, ping;
     int64_t watchdog_usec;
     uv_thread_t loader;
@@ -46,6 +62,8 @@ struct daemon {
     uint64_t drain_deadline_ms;
     bool stopping, stopped;
     int exit_code;
+    struct stop_watch watch;
+    const char *load_gate;       /* MINICPMD_TEST_LOAD_GATE, read once at start */
 };
 
 static void stop_now(struct daemon *d);
@@ -127,9 +145,21 @@ static void on_loaded(void *data)
     srv_sd_notifyf("READY=1\nSTATUS=ready: %s on %s", d->app.model->id, d->app.device);
 }
 
+/* Test hook (MINICPMD_TEST_LOAD_GATE=PATH): the loader waits while PATH exists,
+ * which is what a load stuck in I/O looks like from outside. The integration tests
+ * use it to see LOADING, SIGTERM during loading, and the stop watch ending a stop
+ * that waits for a loader that does not return. Unset in production. */
+static void wait_load_gate(const char *gate)
+{
+    struct timespec ts = {0, LOAD_GATE_POLL_NS};
+    while (gate && access(gate, F_OK) == 0)
+        nanosleep(&ts, NULL);
+}
+
 static void loader_main(void *arg)
 {
     struct daemon *d = arg;
+    wait_load_gate(d->load_gate);
     struct eng_engine_opts o;
     srv_engine_opts(d->app.cfg, d->app.device, &o);
     d->load.rc = eng_engine_open(d->app.model->path, &o, srv_chat_emit, &d->app, &d->load.eng,
@@ -167,6 +197,56 @@ static int start_loading(struct daemon *d)
 
 /* ---- shutdown ---------------------------------------------------------------- */
 
+static void watch_main(void *arg)
+{
+    struct stop_watch *w = arg;
+    uv_mutex_lock(&w->mu);
+    uint64_t deadline = uv_hrtime() + w->timeout_ns;
+    for (uint64_t now; !w->done && (now = uv_hrtime()) < deadline;)
+        uv_cond_timedwait(&w->cv, &w->mu, deadline - now);
+    bool done = w->done;
+    uv_mutex_unlock(&w->mu);
+    if (done)
+        return;
+    log_error("shutdown: still not finished %llu s after the signal (a thread is blocked); "
+              "exiting now", (unsigned long long)(w->timeout_ns / 1000000000ull));
+    _exit(1);
+}
+
+static void watch_arm(struct stop_watch *w, int grace_s)
+{
+    if (w->armed)
+        return;
+    w->timeout_ns = (uint64_t)(grace_s + STOP_SLACK_S) * 1000000000ull;
+    if (uv_mutex_init(&w->mu) != 0)
+        return;
+    if (uv_cond_init(&w->cv) != 0) {
+        uv_mutex_destroy(&w->mu);
+        return;
+    }
+    if (uv_thread_create(&w->thread, watch_main, w) != 0) {
+        uv_cond_destroy(&w->cv);
+        uv_mutex_destroy(&w->mu);
+        log_warn("cannot start the shutdown watch thread; a blocked stop will not be cut short");
+        return;
+    }
+    w->armed = true;
+}
+
+static void watch_disarm(struct stop_watch *w)
+{
+    if (!w->armed)
+        return;
+    uv_mutex_lock(&w->mu);
+    w->done = true;
+    uv_cond_signal(&w->cv);
+    uv_mutex_unlock(&w->mu);
+    uv_thread_join(&w->thread);
+    uv_cond_destroy(&w->cv);
+    uv_mutex_destroy(&w->mu);
+    w->armed = false;
+}
+
 static void close_handle(uv_handle_t *h)
 {
     if (!uv_is_closing(h))
@@ -201,6 +281,7 @@ static void stop_now(struct daemon *d)
     close_handle((uv_handle_t *)&d->sig_term);
     close_handle((uv_handle_t *)&d->sig_int);
     close_handle((uv_handle_t *)&d->sig_hup);
+    close_handle((uv_handle_t *)&d->sig_usr1);
     close_handle((uv_handle_t *)&d->watchdog);
     close_handle((uv_handle_t *)&d->extend);
     close_handle((uv_handle_t *)&d->drain);
@@ -228,6 +309,7 @@ static void begin_shutdown(struct daemon *d, const char *why)
         return;
     }
     d->stopping = true;
+    watch_arm(&d->watch, d->app.cfg->shutdown_grace_s);
     d->app.state = API_HEALTH_STOPPING;
     size_t inflight = srv_http_inflight(d->app.http);
     log_info("%s: no longer accepting connections; %zu request(s) in flight, grace %d s", why,
@@ -242,12 +324,15 @@ static void begin_shutdown(struct daemon *d, const char *why)
 static void on_signal(uv_signal_t *s, int signum)
 {
     struct daemon *d = s->data;
-    if (signum == SIGHUP) {
+    /* SIGUSR1 reopens the log like SIGHUP: nginx's meaning of USR1, which
+     * logrotate configurations already send (SIGUSR2 is ignored, in main()). */
+    if (signum == SIGHUP || signum == SIGUSR1) {
+        const char *name = signum == SIGHUP ? "SIGHUP" : "SIGUSR1";
         int rc = srv_log_reopen();
         if (rc < 0)
-            log_error("SIGHUP: cannot reopen the log file: %s", strerror(-rc));
+            log_error("%s: cannot reopen the log file: %s", name, strerror(-rc));
         else
-            log_info("SIGHUP: log file reopened");
+            log_info("%s: log file reopened", name);
         return;
     }
     begin_shutdown(d, signum == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -273,14 +358,16 @@ static int init_handles(struct daemon *d)
     uv_signal_init(&d->loop, &d->sig_term);
     uv_signal_init(&d->loop, &d->sig_int);
     uv_signal_init(&d->loop, &d->sig_hup);
+    uv_signal_init(&d->loop, &d->sig_usr1);
     uv_timer_init(&d->loop, &d->watchdog);
     uv_timer_init(&d->loop, &d->extend);
     uv_timer_init(&d->loop, &d->drain);
-    d->sig_term.data = d->sig_int.data = d->sig_hup.data = d;
+    d->sig_term.data = d->sig_int.data = d->sig_hup.data = d->sig_usr1.data = d;
     d->watchdog.data = d->extend.data = d->drain.data = d;
     uv_signal_start(&d->sig_term, on_signal, SIGTERM);
     uv_signal_start(&d->sig_int, on_signal, SIGINT);
     uv_signal_start(&d->sig_hup, on_signal, SIGHUP);
+    uv_signal_start(&d->sig_usr1, on_signal, SIGUSR1);
     d->mailbox = srv_mailbox_new(&d->loop);
     d->app.mailbox = d->mailbox;
     uv_timer_init(&d->loop, &d->ping);
@@ -302,6 +389,7 @@ int srv_daemon_run(const struct cfg *cfg, const struct cfg_model_location *model
     d->app.loop = &d->loop;
     d->app.device = device;
     d->app.state = API_HEALTH_NO_MODEL;
+    d->load_gate = getenv("MINICPMD_TEST_LOAD_GATE");
     if (uv_loop_init(&d->loop) != 0) {
         free(d);
         return 1;
@@ -370,6 +458,7 @@ out_handles:
     rc = 1;
 out_free:
     eng_engine_free(d->app.eng);
+    watch_disarm(&d->watch);
     free(d->app.load_error);
     srv_metrics_free(d->app.metrics);
 out_loop:

@@ -1,12 +1,23 @@
 /* POST /tokenize, /detokenize and /apply-template (llama.cpp's shapes): what the
  * model is given, for people debugging prompts. Tokenizing and rendering run on
- * libuv's thread pool, never on the loop thread; the request is deferred meanwhile. */
+ * libuv's thread pool, never on the loop thread; the request is deferred meanwhile.
+ *
+ * Bounded (issue 14, item 1): the pool also builds chat prompts, so at most
+ * UT_TEXT_JOBS_IN_FLIGHT text jobs hold a pool thread at a time and the others
+ * wait in this file's queue (FIFO) — a burst of big /tokenize calls can no longer
+ * delay a chat request's prompt by seconds. An answer is at most
+ * UT_TEXT_MAX_ANSWER_BYTES (else 413), and after a big job the heap is trimmed so
+ * the memory goes back to the system. */
 #include "api/text.h"
 #include "api/chat-req.h"
 #include "engine/engine.h"
 #include "engine/prompt.h"
 #include "server/app.h"
 
+#include "util/defaults.h"
+
+#include <errno.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,38 +34,61 @@ struct job {
     int32_t *ids;                  /* JOB_DETOKENIZE input */
     size_t n_ids;
     struct srv_response resp;      /* filled on the pool thread */
+    size_t weight;                 /* request body bytes: when to trim after */
+    struct job *next;              /* in the queue */
+    bool queued;
 };
+
+/* Text jobs waiting for their turn, and how many hold a pool thread. Touched on
+ * the loop thread only; one loop per process. */
+static struct {
+    struct job *head, *tail;
+    int running;
+} lane;
+
+/* A job whose request body passed this many bytes trims the heap when done. */
+#define TRIM_AFTER_BYTES (1u << 20)
 
 static void run_tokenize(struct job *j)
 {
     int32_t *ids = NULL;
     int n = eng_tokenizer_encode_special(j->tok, j->tk.content, j->tk.content_len,
                                          j->tk.parse_special, j->tk.add_special, &ids);
+    /* The body (the content) is not needed any more: give its memory back before
+     * the answer is built. */
+    json_decref(j->root);
+    j->root = NULL;
     if (n < 0) {
         srv_response_error(&j->resp, API_ERR_INTERNAL, NULL, "tokenizing failed");
         return;
     }
-    const char **pieces = NULL;
-    size_t *lens = NULL;
-    if (j->tk.with_pieces) {
-        pieces = calloc((size_t)n + 1, sizeof *pieces);
-        lens = calloc((size_t)n + 1, sizeof *lens);
-        for (int i = 0; pieces && lens && i < n; i++)
-            lens[i] = eng_tokenizer_token_bytes(j->tok, ids[i], false, &pieces[i]);
-    }
-    if (j->tk.with_pieces && (!pieces || !lens))
-        j->resp.body = NULL;
-    else
-        j->resp.body = api_tokenize_body(ids, (size_t)n, pieces, lens);
-    j->resp.status = j->resp.body ? 200 : 0;
-    free(pieces);
-    free(lens);
+    int rc = api_tokenize_body(ids, (size_t)n, j->tk.with_pieces ? j->tok : NULL,
+                               UT_TEXT_MAX_ANSWER_BYTES, &j->resp.body);
     free(ids);
+    if (rc == -EFBIG)
+        srv_response_error(&j->resp, API_ERR_BODY_TOO_LARGE, "content",
+                           "the answer for %d tokens would pass %d MiB; send less text%s", n,
+                           UT_TEXT_MAX_ANSWER_BYTES >> 20,
+                           j->tk.with_pieces ? " or leave with_pieces off" : "");
+    else
+        j->resp.status = j->resp.body ? 200 : 0;
 }
 
 static void run_detokenize(struct job *j)
 {
-    size_t len = 0;
+    size_t len = 0, total = 0;
+    for (size_t i = 0; i < j->n_ids; i++) {
+        const char *bytes;
+        total += eng_tokenizer_token_bytes(j->tok, j->ids[i], false, &bytes);
+    }
+    /* Escaped, a byte takes up to 6 in JSON. */
+    if (total > UT_TEXT_MAX_ANSWER_BYTES / 6) {
+        srv_response_error(&j->resp, API_ERR_BODY_TOO_LARGE, "tokens",
+                           "the text of these %zu tokens is %zu bytes; at most %d MiB / 6 can "
+                           "be answered: send fewer tokens",
+                           j->n_ids, total, UT_TEXT_MAX_ANSWER_BYTES >> 20);
+        return;
+    }
     char *text = eng_tokenizer_decode_len(j->tok, j->ids, j->n_ids, false, &len);
     j->resp.body = text ? api_detokenize_body(text, len) : NULL;
     j->resp.status = j->resp.body ? 200 : 0;
@@ -96,11 +130,60 @@ static void job_free(struct job *j)
     free(j);
 }
 
+static void lane_next(uv_loop_t *loop);
+
 static void on_done(uv_work_t *w, int status)
 {
     struct job *j = w->data;
+    uv_loop_t *loop = w->loop;
     if (status != 0 || j->resp.status == 0)
         srv_response_error(&j->resp, API_ERR_INTERNAL, NULL, "the request could not be served");
+    srv_request_complete(j->req, &j->resp);
+    bool trim = j->weight >= TRIM_AFTER_BYTES;
+    job_free(j);
+    lane.running--;
+    lane_next(loop);
+    /* The job's big blocks are gone (the answer itself is freed by the HTTP layer
+     * once sent: it is mmapped, see main()); give the small ones' pages back too. */
+    if (trim && lane.running == 0)
+        malloc_trim(0);
+}
+
+/* Start queued jobs while there is room in the lane. */
+static void lane_next(uv_loop_t *loop)
+{
+    while (lane.head && lane.running < UT_TEXT_JOBS_IN_FLIGHT) {
+        struct job *j = lane.head;
+        lane.head = j->next;
+        if (!lane.head)
+            lane.tail = NULL;
+        j->queued = false;
+        if (uv_queue_work(loop, &j->work, on_work, on_done) != 0) {
+            srv_response_error(&j->resp, API_ERR_INTERNAL, NULL, "cannot schedule the work");
+            srv_request_complete(j->req, &j->resp);
+            job_free(j);
+            continue;
+        }
+        lane.running++;
+    }
+}
+
+/* The client left or the server stops: a job still in the queue is answered (the
+ * HTTP layer drops it) and freed now; a running one finishes in on_done. */
+static void on_cancel(void *ud)
+{
+    struct job *j = ud;
+    if (!j->queued)
+        return;
+    for (struct job **p = &lane.head, *prev = NULL; *p; prev = *p, p = &(*p)->next) {
+        if (*p != j)
+            continue;
+        *p = j->next;
+        if (lane.tail == j)
+            lane.tail = prev;
+        break;
+    }
+    srv_response_error(&j->resp, API_ERR_INTERNAL, NULL, "the request was cancelled");
     srv_request_complete(j->req, &j->resp);
     job_free(j);
 }
@@ -123,6 +206,7 @@ static struct job *job_new(srv_request *req, struct srv_response *resp, enum job
     }
     j->kind = kind;
     j->req = req;
+    srv_request_body(req, &j->weight);
     j->tok = eng_engine_tokenizer(app->eng);
     j->root = root;
     j->work.data = j;
@@ -132,14 +216,17 @@ static struct job *job_new(srv_request *req, struct srv_response *resp, enum job
 static int start(srv_request *req, struct srv_response *resp, struct job *j)
 {
     struct srv_app *app = srv_request_app(req);
-    if (uv_queue_work(app->loop, &j->work, on_work, on_done) != 0) {
-        job_free(j);
-        srv_response_error(resp, API_ERR_INTERNAL, NULL, "cannot schedule the work");
-        return 0;
-    }
-    /* The work is short (one encode or render): a cancel only means the answer
-     * is dropped, which srv_request_complete() takes care of. */
-    srv_request_defer(req, NULL, NULL);
+    (void)resp;
+    j->queued = true;
+    if (lane.tail)
+        lane.tail->next = j;
+    else
+        lane.head = j;
+    lane.tail = j;
+    /* A running job is not interrupted (one encode or render): its answer is
+     * dropped by srv_request_complete() if the client is gone. */
+    srv_request_defer(req, on_cancel, j);
+    lane_next(app->loop);
     return 0;
 }
 

@@ -78,7 +78,7 @@ bool srv_log_enabled(enum cfg_log_level level) { return level <= L.level; }
 /* Client bytes (a path, a method) end up in messages: they must neither start a
  * new line nor reach a terminal raw, so text lines escape control characters.
  * JSON lines are escaped by jansson and never cut, so they always parse. */
-static size_t escape_controls(const char *in, char *out, size_t cap)
+size_t srv_log_escape(const char *in, char *out, size_t cap)
 {
     size_t j = 0;
     for (const unsigned char *p = (const unsigned char *)in; *p && j + 5 < cap; p++) {
@@ -134,9 +134,20 @@ void srv_log(enum cfg_log_level level, const char *fmt, ...)
         return;
     }
     char clean[sizeof msg * 4];
-    escape_controls(msg, clean, sizeof clean);
+    srv_log_escape(msg, clean, sizeof clean);
     char line[sizeof clean + 64];
     int len = snprintf(line, sizeof line, "%s %-5s %s", stamp, level_names[level], clean);
     if (len > 0)
         write_line(line, (size_t)len < sizeof line ? (size_t)len : sizeof line - 1);
+}
+
+void srv_say(FILE *f, const char *fmt, ...)
+{
+    char msg[4096], clean[sizeof msg * 4];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    srv_log_escape(msg, clean, sizeof clean);
+    fprintf(f, "%s\n", clean);
 }

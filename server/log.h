@@ -10,6 +10,7 @@
 #include "config/config.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 
 /* Start logging. `path` NULL = stderr. Returns 0 or -errno (file not openable). */
 int srv_log_init(enum cfg_log_level level, enum cfg_log_format format, const char *path);
@@ -17,6 +18,15 @@ int srv_log_init(enum cfg_log_level level, enum cfg_log_format format, const cha
  * file stays in use. */
 int srv_log_reopen(void);
 void srv_log_close(void);
+
+/* Copy `in` to `out` (cap bytes, NUL-terminated) with control characters as \xNN,
+ * so an operator's or a client's string (a --model path, a request path) can neither
+ * start a new line nor drive a terminal. Returns the length written. */
+size_t srv_log_escape(const char *in, char *out, size_t cap);
+
+/* One line to `f` (stdout for --check's result, stderr before logging is up),
+ * escaped like srv_log_escape(); the newline is added. */
+void srv_say(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 bool srv_log_enabled(enum cfg_log_level level);
 
 /* printf-style message. */

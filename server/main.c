@@ -11,6 +11,7 @@
 #include "server/daemon.h"
 #include "server/log.h"
 
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,7 +78,7 @@ static int run_check(const struct cfg *cfg, const struct cfg_model_location *loc
                      const char *device)
 {
     if (loc->source == CFG_MODEL_NONE) {
-        fprintf(stderr, "minicpmd: check failed: no model configured or found (use --model)\n");
+        srv_say(stderr, "minicpmd: check failed: no model configured or found (use --model)");
         return 1;
     }
     char err[512];
@@ -85,12 +86,12 @@ static int run_check(const struct cfg *cfg, const struct cfg_model_location *loc
     eng_engine *eng;
     srv_engine_opts(cfg, device, &o);
     if (eng_engine_open(loc->path, &o, ignore_event, NULL, &eng, err, sizeof err) != 0) {
-        fprintf(stderr, "minicpmd: check failed: model %s: %s\n", loc->id, err);
+        srv_say(stderr, "minicpmd: check failed: model %s: %s", loc->id, err);
         return 1;
     }
     const struct eng_pack_info *info = eng_pack_get_info(eng_engine_pack(eng));
-    printf("minicpmd: ok: model %s (%s, %s) at %s: %s, %d layers, vocab %d; would listen on "
-           "%s:%d, device %s\n",
+    srv_say(stdout, "minicpmd: ok: model %s (%s, %s) at %s: %s, %d layers, vocab %d; would "
+           "listen on %s:%d, device %s",
            loc->id, cfg_model_source_name(loc->source), info->model_type, loc->path,
            eng_weights_format_name(info->format), info->hp.n_layers, info->hp.n_vocab,
            cfg->host, cfg->port, eng_engine_device_description(eng));
@@ -108,6 +109,15 @@ int main(int argc, char **argv)
 
     /* Writes to vanished clients must fail with EPIPE, not kill the daemon. */
     signal(SIGPIPE, SIG_IGN);
+    /* Blocks of 1 MiB and more (request bodies, big answers) are mmapped and go back
+     * to the system when freed. A fixed threshold also stops glibc from raising it
+     * after the first big free, which kept a /tokenize burst's gigabytes resident
+     * at idle (issue 14, item 1). */
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
+    /* SIGUSR1/SIGUSR2 must not kill the daemon (their default action): the loop
+     * makes SIGUSR1 reopen the log (server/daemon.c); SIGUSR2 means nothing here. */
+    signal(SIGUSR1, SIG_IGN);
+    signal(SIGUSR2, SIG_IGN);
 
     switch (cfg_load(&cfg, argc, argv, environ, keep_warning, &warns, err, sizeof err)) {
     case CFG_RESULT_HELP:
@@ -120,7 +130,7 @@ int main(int argc, char **argv)
         rc = 0;
         goto out;
     case CFG_RESULT_ERROR:
-        fprintf(stderr, "minicpmd: %s\n", err);
+        srv_say(stderr, "minicpmd: %s", err);
         rc = 2;
         goto out;
     case CFG_RESULT_RUN:
@@ -129,7 +139,7 @@ int main(int argc, char **argv)
 
     int lrc = srv_log_init(cfg.log_level, cfg.log_format, cfg.log_file);
     if (lrc < 0) {
-        fprintf(stderr, "minicpmd: --log-file '%s': %s\n", cfg.log_file, strerror(-lrc));
+        srv_say(stderr, "minicpmd: --log-file '%s': %s", cfg.log_file, strerror(-lrc));
         rc = 2;
         goto out;
     }
@@ -137,7 +147,7 @@ int main(int argc, char **argv)
     char demo[4096];
     if (cfg_model_resolve(&cfg, environ, embedded_pack_dir(demo, sizeof demo), &loc, err,
                           sizeof err) != 0) {
-        fprintf(stderr, "minicpmd: %s\n", err);
+        srv_say(stderr, "minicpmd: %s", err);
         rc = 2;
         goto out;
     }
@@ -159,7 +169,7 @@ int main(int argc, char **argv)
         cfg_device_name(cfg.device), loc.source != CFG_MODEL_NONE ? loc.path : NULL, why,
         sizeof why, err, sizeof err);
     if (!device) {
-        fprintf(stderr, "minicpmd: --device xrt: %s\n", err);
+        srv_say(stderr, "minicpmd: --device xrt: %s", err);
         rc = 2;
         goto out;
     }

@@ -161,8 +161,13 @@ static void render_worker(ut_buf *b, const struct eng_worker_stats *w)
                "minicpmd_device_resets_total %llu\n"
                "# HELP minicpmd_runlist_k_halvings_total Times auto halved K after a hang.\n"
                "# TYPE minicpmd_runlist_k_halvings_total counter\n"
-               "minicpmd_runlist_k_halvings_total %llu\n",
-            (unsigned long long)w->device_resets, (unsigned long long)w->k_halvings);
+               "minicpmd_runlist_k_halvings_total %llu\n"
+               "# HELP minicpmd_runlist_k_probes_total Times auto tried a larger K again after "
+               "a run of good tokens.\n"
+               "# TYPE minicpmd_runlist_k_probes_total counter\n"
+               "minicpmd_runlist_k_probes_total %llu\n",
+            (unsigned long long)w->device_resets, (unsigned long long)w->k_halvings,
+            (unsigned long long)w->k_probes);
 }
 
 char *srv_metrics_render(const srv_metrics *m, const struct srv_metrics_gauges *g)

@@ -1,9 +1,12 @@
 /* api/: OpenAI error objects, /health and /v1/models bodies, parsed back with
  * jansson so the tests check JSON, not byte strings. */
 #include "api/api.h"
+#include "api/text.h"
 
 #include "tests/check.h"
+#include <errno.h>
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -133,4 +136,84 @@ MCD_TEST(api_models, empty_list)
     json_t *j = parse(api_models_body(NULL, 0));
     cr_assert_eq(json_array_size(json_object_get(j, "data")), 0);
     json_decref(j);
+}
+
+/* Issue 14 item 13: an integer beyond int64 is valid JSON with a value out of
+ * range; the 400 names the field instead of saying "not valid JSON". */
+MCD_TEST(api_body, huge_integer_names_the_field)
+{
+    struct api_bad_request bad;
+    const char *b = "{\"model\":\"m\",\"max_tokens\":99999999999999999999}";
+    cr_assert_null(api_parse_object(b, strlen(b), &bad));
+    cr_assert_eq(bad.error, API_ERR_BAD_REQUEST);
+    cr_assert_str_eq(bad.param, "max_tokens");
+    cr_assert(strstr(bad.message, "'max_tokens' is out of range"), "%s", bad.message);
+    cr_assert_null(strstr(bad.message, "not valid JSON"), "%s", bad.message);
+
+    b = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"x\":[1,-99999999999999999999]}]}";
+    cr_assert_null(api_parse_object(b, strlen(b), &bad));
+    cr_assert_str_eq(bad.param, "messages[1].x[1]");
+
+    /* Still within int64: parsed. */
+    b = "{\"seed\":9223372036854775807}";
+    json_t *root = api_parse_object(b, strlen(b), &bad);
+    cr_assert_not_null(root);
+    json_decref(root);
+    /* Broken JSON stays "not valid JSON". */
+    b = "{\"seed\":}";
+    cr_assert_null(api_parse_object(b, strlen(b), &bad));
+    cr_assert(strstr(bad.message, "not valid JSON"), "%s", bad.message);
+}
+
+/* ---- /tokenize's answer (issue 14, item 1) ----------------------------------- */
+
+/* The answer written straight into a buffer equals the one built with a jansson
+ * object per token (what it replaces, ~400 bytes a token), for every id of the
+ * fixture: valid UTF-8 pieces as strings, the others as byte arrays. */
+MCD_TEST(api_body, tokenize_answer_equals_the_jansson_one)
+{
+    const char *file = __FILE__, *slash = strrchr(file, '/');
+    char path[4096], err[512] = "";
+    snprintf(path, sizeof path, "%.*s/data/tiny-tokenizer.json", (int)(slash - file), file);
+    eng_tokenizer *t;
+    cr_assert_eq(eng_tokenizer_load(path, &t, err, sizeof err), 0, "%s", err);
+    int32_t n = eng_tokenizer_n_vocab(t);
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    for (int32_t i = 0; i < n; i++)
+        ids[i] = n - 1 - i;
+    json_t *want_pieces = json_array(), *want_ids = json_array();
+    for (int32_t i = 0; i < n; i++) {
+        const char *b;
+        size_t len = eng_tokenizer_token_bytes(t, ids[i], false, &b);
+        json_t *piece = json_stringn(b, len);
+        if (!piece) {
+            piece = json_array();
+            for (size_t k = 0; k < len; k++)
+                json_array_append_new(piece, json_integer((unsigned char)b[k]));
+        }
+        json_array_append_new(want_pieces, json_pack("{s:i, s:o}", "id", ids[i], "piece", piece));
+        json_array_append_new(want_ids, json_integer(ids[i]));
+    }
+    char *got = NULL;
+    cr_assert_eq(api_tokenize_body(ids, (size_t)n, t, 1 << 20, &got), 0);
+    json_t *g = json_loads(got, JSON_ALLOW_NUL, NULL);
+    cr_assert_not_null(g, "not JSON: %.200s", got);
+    cr_assert(json_equal(json_object_get(g, "tokens"), want_pieces));
+    json_decref(g);
+    free(got);
+    cr_assert_eq(api_tokenize_body(ids, (size_t)n, NULL, 1 << 20, &got), 0);
+    g = json_loads(got, 0, NULL);
+    cr_assert(json_equal(json_object_get(g, "tokens"), want_ids));
+    json_decref(g);
+    free(got);
+    /* Over the bound: nothing, -EFBIG. */
+    cr_assert_eq(api_tokenize_body(ids, (size_t)n, t, 100, &got), -EFBIG);
+    cr_assert_null(got);
+    cr_assert_eq(api_tokenize_body(ids, 0, t, 100, &got), 0);
+    cr_assert_str_eq(got, "{\"tokens\":[]}");
+    free(got);
+    json_decref(want_pieces);
+    json_decref(want_ids);
+    free(ids);
+    eng_tokenizer_free(t);
 }

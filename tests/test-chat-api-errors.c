@@ -4,6 +4,7 @@
  * strings. */
 #include "api/chat-req.h"
 #include "api/chat-resp.h"
+#include "api/chat-run.h"
 #include "engine/ert.h"
 #include "tests/utf8.h"
 
@@ -124,20 +125,18 @@ MCD_TEST(chat_errors, device_error_from_the_engine)
     ed.n_tokens = 1;
     ed.elapsed_ms = 3.7;
     eng_device_error_set_device(&ed, "sim");
-    struct api_device_error ad = {
-        .ert_state = ed.state, .ert_name = eng_ert_name(ed.state),
-        .phase = eng_phase_name(ed.phase), .chunk_index = ed.chunk_index,
-        .chunk_count = ed.chunk_count, .layer_first = ed.layer_begin,
-        .layer_last = ed.layer_end - 1, .token_pos = ed.token_pos,
-        .elapsed_ms = (int64_t)ed.elapsed_ms, .device = ed.device, .attempts = ed.attempts,
-    };
+    struct api_device_error ad;
+    api_chat_device_error(&ed, true, &ad);
     json_t *ours = api_device_error_json(&ad);
     cr_assert_not_null(ours);
     json_t *err = json_object_get(ours, "error");
     cr_assert_str_eq(sget(err, "code"), "ert_cmd_state_error");
-    json_t *want = json_pack("{s:i, s:s, s:i, s:i, s:i, s:s, s:i}", "ert_state", 5, "phase",
+    /* Issue 14 item 13: the head runlist was reported as layer_first 42, layer_last 41. */
+    cr_assert_null(json_object_get(err, "layer_first"));
+    cr_assert_null(json_object_get(err, "layer_last"));
+    json_t *want = json_pack("{s:i, s:s, s:i, s:i, s:i, s:s, s:i, s:s}", "ert_state", 5, "phase",
                              "decode", "chunk_index", 2, "chunk_count", 3, "token_pos", 57,
-                             "device", "sim", "attempts", 1);
+                             "device", "sim", "attempts", 1, "runlist", "head");
     const char *key;
     json_t *v;
     json_object_foreach(want, key, v)
@@ -145,7 +144,17 @@ MCD_TEST(chat_errors, device_error_from_the_engine)
     json_decref(want);
     cr_assert_str_eq(sget(err, "message"),
                      "The sim device failed with ERT_CMD_STATE_ERROR (state 5) during decode, "
-                     "chunk 2 of 3 at token 57 after 3 ms; 1 attempt. The request was not "
-                     "completed; it may be retried.");
+                     "chunk 2 of 3 (the head runlist: final norm and lm_head) at token 57 after "
+                     "3 ms; 1 attempt. The request was not completed; it may be retried.");
+    json_decref(ours);
+    /* A runlist with layers keeps its inclusive range. */
+    ed.layer_begin = 21;
+    ed.layer_end = 42;
+    api_chat_device_error(&ed, true, &ad);
+    ours = api_device_error_json(&ad);
+    err = json_object_get(ours, "error");
+    cr_assert_eq(iget(err, "layer_first"), 21);
+    cr_assert_eq(iget(err, "layer_last"), 41);
+    cr_assert_null(json_object_get(err, "runlist"));
     json_decref(ours);
 }

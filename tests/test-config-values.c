@@ -264,9 +264,28 @@ MCD_TEST(config, api_key_file_is_read_and_trimmed)
     OK(ARGV("--api-key-file", k,), ENV());
     cr_assert_str_eq(cfg.api_key, "s3cret");
     cfg_free(&cfg);
-    k = tmp_file("s3cret \r\n");
+    k = tmp_file("s3cret\r\n");
     OK(ARGV(), ENV(S("MINICPMD_API_KEY_FILE=%s", k),));
     cr_assert_str_eq(cfg.api_key, "s3cret");
+}
+
+/* Issue 14 item 10: HTTP strips blanks around a header value, so a key with one
+ * could never match; refused at startup with a line that does not echo it. */
+MCD_TEST(config, api_key_surrounding_space_refused)
+{
+    FAILS(ARGV("--api-key", " leading",), ENV(), "--api-key: the value starts or ends with a space");
+    cr_assert_null(strstr(err, "leading"));
+    cfg_free(&cfg);
+    FAILS(ARGV(), ENV("MINICPMD_API_KEY=trailing ",), "starts or ends with a space");
+    cfg_free(&cfg);
+    char *k = tmp_file("s3cret \n");
+    FAILS(ARGV("--api-key-file", k,), ENV(), "--api-key-file: the key in", "starts or ends with a space");
+    cfg_free(&cfg);
+    k = tmp_file(" s3cret\n");
+    FAILS(ARGV("--api-key-file", k,), ENV(), "starts or ends with a space");
+    cfg_free(&cfg);
+    k = tmp_file("s3cret\n\n");
+    FAILS(ARGV("--api-key-file", k,), ENV(), "contains control characters");
 }
 
 MCD_TEST(config, api_key_and_file_conflict)
@@ -298,7 +317,17 @@ MCD_TEST(config, api_key_file_unreadable)
     FAILS(ARGV("--api-key-file", "/nonexistent/key",), ENV(),
           "--api-key-file: cannot read '/nonexistent/key': No such file or directory");
     cfg_free(&cfg);
-    FAILS(ARGV("--api-key-file", tmp,), ENV(), "--api-key-file: cannot read", "Is a directory");
+    FAILS(ARGV("--api-key-file", tmp,), ENV(), "--api-key-file: cannot read",
+          "a directory, not a regular file");
+    cfg_free(&cfg);
+    /* Issue 14 item 5: a FIFO or a device is refused at once, never read (a FIFO
+     * without a writer hung startup). */
+    char *fifo = S("%s/key.fifo", tmp);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    FAILS(ARGV("--api-key-file", fifo,), ENV(), "--api-key-file: cannot read",
+          "a FIFO, not a regular file");
+    cfg_free(&cfg);
+    FAILS(ARGV("--api-key-file", "/dev/zero",), ENV(), "a character device, not a regular file");
     cfg_free(&cfg);
     if (geteuid() != 0) {
         char *k = tmp_file("x\n");
@@ -313,7 +342,7 @@ MCD_TEST(config, api_key_file_empty)
     FAILS(ARGV("--api-key-file", k,), ENV(), S("--api-key-file: '%s' is empty", k));
     cfg_free(&cfg);
     k = tmp_file("a\nb\n");
-    FAILS(ARGV("--api-key-file", k,), ENV(), "holds control characters");
+    FAILS(ARGV("--api-key-file", k,), ENV(), "contains control characters");
 }
 
 MCD_TEST(config, api_key_never_echoed)

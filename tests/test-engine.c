@@ -147,3 +147,66 @@ MCD_TEST(pack, not_a_directory)
     cr_assert_lt(eng_pack_open("/nonexistent/pack", &p, err, sizeof err), 0);
     cr_assert_not_null(strstr(err, "/nonexistent/pack"));
 }
+
+/* Issue 14 items 5 and 9: a FIFO, a device or a directory where a pack file is
+ * expected is refused at once with what it is. A FIFO config.json without a
+ * writer used to block the loader forever (and SIGTERM with it). */
+static void make_fifo(const char *name)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    unlink(path);
+    cr_assert_eq(mkfifo(path, 0600), 0);
+}
+
+static void make_link(const char *name, const char *target)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    unlink(path);
+    cr_assert_eq(symlink(target, path), 0);
+}
+
+MCD_TEST(pack, config_fifo_refused)
+{
+    make_fifo("config.json");
+    expect_error("config.json: a FIFO, not a regular file");
+}
+
+MCD_TEST(pack, config_device_refused)
+{
+    make_link("config.json", "/dev/zero");
+    expect_error("config.json: a character device, not a regular file");
+}
+
+MCD_TEST(pack, weights_fifo_refused)
+{
+    make_fifo("model.safetensors");
+    expect_error("model.safetensors: a FIFO, not a regular file");
+}
+
+MCD_TEST(pack, tokenizer_device_refused)
+{
+    make_link("tokenizer.json", "/dev/zero");
+    expect_error("tokenizer.json: a character device, not a regular file");
+}
+
+MCD_TEST(pack, tokenizer_directory_refused)
+{
+    drop("tokenizer.json");
+    char path[128];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    cr_assert_eq(mkdir(path, 0700), 0);
+    expect_error("tokenizer.json: a directory, not a regular file");
+    rmdir(path);
+}
+
+/* Issue 14 item 13: a 1 TiB sparse weights file is refused at open, not mapped and
+ * reported as "weights 1048576.0 MiB". */
+MCD_TEST(pack, sparse_terabyte_weights_refused)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    cr_assert_eq(truncate(path, 1ll << 40), 0);
+    expect_error("model.safetensors: 1048576.0 MiB is more than a model of this shape can hold");
+}

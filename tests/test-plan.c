@@ -13,6 +13,7 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -604,4 +605,115 @@ MCD_TEST(kstate, unreadable_file_not_fatal)
     int k;
     cr_assert_eq(eng_kstate_load(path, "m", "sim", &k, err, sizeof err), -EACCES);
     rm_tmp();
+}
+
+/* ---- K recovers (issue 14, item 12) ------------------------------------------------ */
+
+/* One hang used to halve K for good: now a run of good tokens at the reduced K
+ * makes the next request probe 2K, up to the device's default. */
+MCD_TEST(kpolicy, recovers_after_good_tokens)
+{
+    struct eng_kpolicy p = policy(ENG_KMODE_AUTO, 42, 0, ENG_PLAN_ALL, 0, -1);
+    cr_assert_eq(p.probe_after, UT_RUNLIST_PROBE_TOKENS);
+    eng_kpolicy_begin(&p);
+    cr_assert_eq(eng_kpolicy_failed(&p, ENG_ERT_TIMEOUT), ENG_KVERDICT_RETRY);
+    cr_assert_eq(eng_kpolicy_k(&p), 21);
+    cr_assert(eng_kpolicy_succeeded(&p));
+    /* not yet: fewer good tokens than the interval */
+    cr_assert_eq(eng_kpolicy_grow(&p, UT_RUNLIST_PROBE_TOKENS - 1), 0);
+    cr_assert_eq(eng_kpolicy_k(&p), 21);
+    /* the interval is reached: probe 42 */
+    cr_assert_eq(eng_kpolicy_grow(&p, 1), 42);
+    cr_assert(p.probing);
+    /* the probe's request completes: K holds, and is remembered again */
+    eng_kpolicy_begin(&p);
+    cr_assert(eng_kpolicy_succeeded(&p));
+    cr_assert_eq(p.remembered_k, 42);
+    cr_assert_eq(eng_kpolicy_grow(&p, 10), 0, "at the device's default: nothing to probe");
+    cr_assert(!p.probing);
+    cr_assert_eq(eng_kpolicy_k(&p), 42);
+}
+
+/* From K = 1 it climbs 1, 2, 4, ... to the default, one interval per step. */
+MCD_TEST(kpolicy, climbs_back_to_the_default)
+{
+    struct eng_kpolicy p = policy(ENG_KMODE_AUTO, 42, 0, 36, 1, -1);
+    cr_assert_eq(eng_kpolicy_k(&p), 1, "the remembered K");
+    const int seq[] = {2, 4, 8, 16, 32, 36};
+    for (size_t i = 0; i < sizeof seq / sizeof *seq; i++) {
+        eng_kpolicy_begin(&p);
+        eng_kpolicy_succeeded(&p);
+        cr_assert_eq(eng_kpolicy_grow(&p, UT_RUNLIST_PROBE_TOKENS), seq[i], "step %zu", i);
+    }
+    eng_kpolicy_begin(&p);
+    eng_kpolicy_succeeded(&p);
+    cr_assert_eq(eng_kpolicy_grow(&p, 1 << 30), 0);
+    cr_assert_eq(eng_kpolicy_k(&p), 36);
+}
+
+/* A probe that hangs halves K back and doubles the interval, bounded. */
+MCD_TEST(kpolicy, failed_probe_backs_off)
+{
+    struct eng_kpolicy p = policy(ENG_KMODE_AUTO, 42, 0, ENG_PLAN_ALL, 21, -1);
+    int interval = UT_RUNLIST_PROBE_TOKENS;
+    for (int round = 0; round < 20; round++) {
+        eng_kpolicy_begin(&p);
+        eng_kpolicy_succeeded(&p);
+        cr_assert_eq(eng_kpolicy_grow(&p, interval - 1), 0, "round %d: too early", round);
+        cr_assert_eq(eng_kpolicy_grow(&p, 1), 42, "round %d: the probe", round);
+        eng_kpolicy_begin(&p);
+        cr_assert_eq(eng_kpolicy_failed(&p, ENG_ERT_TIMEOUT), ENG_KVERDICT_RETRY,
+                     "a failed probe is replayed, never costs the request");
+        cr_assert_eq(eng_kpolicy_k(&p), 21);
+        cr_assert(!p.probing);
+        interval = interval * 2 > UT_RUNLIST_PROBE_TOKENS_MAX ? UT_RUNLIST_PROBE_TOKENS_MAX
+                                                              : interval * 2;
+        cr_assert_eq(p.probe_after, interval, "round %d", round);
+    }
+    cr_assert_eq(p.probe_after, UT_RUNLIST_PROBE_TOKENS_MAX, "bounded");
+    /* a probe that then works resets the interval */
+    eng_kpolicy_begin(&p);
+    eng_kpolicy_succeeded(&p);
+    cr_assert_eq(eng_kpolicy_grow(&p, UT_RUNLIST_PROBE_TOKENS_MAX), 42);
+    eng_kpolicy_begin(&p);
+    eng_kpolicy_succeeded(&p);
+    eng_kpolicy_grow(&p, 1);
+    cr_assert_eq(p.probe_after, UT_RUNLIST_PROBE_TOKENS);
+}
+
+/* No probes where a failed one could not be replayed, nor outside auto. */
+MCD_TEST(kpolicy, no_probe_without_retries_or_auto)
+{
+    struct eng_kpolicy p = policy(ENG_KMODE_AUTO, 42, 0, ENG_PLAN_ALL, 21, 0);
+    cr_assert_eq(eng_kpolicy_grow(&p, 1 << 30), 0);
+    cr_assert_eq(eng_kpolicy_k(&p), 21);
+    p = policy(ENG_KMODE_FIXED, 42, 21, 0, 0, -1);
+    cr_assert_eq(eng_kpolicy_grow(&p, 1 << 30), 0);
+    cr_assert_eq(eng_kpolicy_k(&p), 21);
+}
+
+/* A remembered K expires: a week after it was written the daemon starts from the
+ * device's default again (and an undated entry counts as expired). */
+MCD_TEST(kstate, remembered_k_expires)
+{
+    char path[256];
+    cr_assert_eq(eng_kstate_path(tmpdir, path, sizeof path), 0);
+    char err[512] = "";
+    cr_assert_eq(eng_kstate_save(path, "m", "sim", 7, 42, err, sizeof err), 0, "%s", err);
+    long long now = (long long)time(NULL);
+    int k = 0;
+    cr_assert_eq(eng_kstate_load_fresh(path, "m", "sim", UT_RUNLIST_K_MAX_AGE_S, now, &k, err,
+                                       sizeof err), 1, "%s", err);
+    cr_assert_eq(k, 7);
+    cr_assert_eq(eng_kstate_load_fresh(path, "m", "sim", UT_RUNLIST_K_MAX_AGE_S,
+                                       now + UT_RUNLIST_K_MAX_AGE_S + 60, &k, err, sizeof err), 2);
+    cr_assert(strstr(err, "out of date"), "%s", err);
+    FILE *f = fopen(path, "w");
+    fputs("{\"version\":1,\"entries\":{\"m\":{\"sim\":{\"k\":3}}}}", f);
+    fclose(f);
+    cr_assert_eq(eng_kstate_load_fresh(path, "m", "sim", UT_RUNLIST_K_MAX_AGE_S, now, &k, err,
+                                       sizeof err), 2);
+    cr_assert(strstr(err, "undated"), "%s", err);
+    cr_assert_eq(eng_kstate_load_fresh(path, "other", "sim", UT_RUNLIST_K_MAX_AGE_S, now, &k,
+                                       err, sizeof err), 0);
 }

@@ -478,17 +478,25 @@ MCD_TEST(tokenizer, detok_stream_equals_decode_qwen3)
 
 /* ---- bad files ---------------------------------------------------------------- */
 
-static void expect_refused(const char *json, const char *needle)
+/* Load `json` as a tokenizer.json: the tokenizer or NULL, the message in err. */
+static eng_tokenizer *load_json(const char *json, char *err, size_t errlen)
 {
     char tmp[] = "/tmp/mcd-tok-XXXXXX";
     int fd = mkstemp(tmp);
     cr_assert_geq(fd, 0);
     cr_assert_eq(write(fd, json, strlen(json)), (ssize_t)strlen(json));
     close(fd);
-    char err[512] = "";
     eng_tokenizer *t;
-    eng_tokenizer_load(tmp, &t, err, sizeof err);
+    err[0] = '\0';
+    eng_tokenizer_load(tmp, &t, err, errlen);
     unlink(tmp);
+    return t;
+}
+
+static void expect_refused(const char *json, const char *needle)
+{
+    char err[512];
+    eng_tokenizer *t = load_json(json, err, sizeof err);
     cr_assert_null(t, "accepted: %s", json);
     cr_assert_neq(err[0], '\0');
     cr_assert_null(strchr(err, '\n'), "not one line: %s", err);
@@ -611,5 +619,77 @@ MCD_TEST(tokenizer, concurrent_encode)
         pthread_join(th[i], NULL);
         cr_assert(w[i].ok, "thread %d saw different ids", i);
     }
+    eng_tokenizer_free(t);
+}
+
+/* ---- the tokenizer against the model (issue 14, item 9) ---------------------- */
+
+static eng_tokenizer *load_text(const char *json)
+{
+    char err[512];
+    eng_tokenizer *t = load_json(json, err, sizeof err);
+    cr_assert_not_null(t, "%s", err);
+    return t;
+}
+
+static void expect_misfit(const eng_tokenizer *t, int32_t n_vocab, const char *needle)
+{
+    char err[512] = "";
+    cr_assert_eq(eng_tokenizer_check_model(t, n_vocab, err, sizeof err), -EINVAL);
+    cr_assert_null(strchr(err, '\n'), "not one line: %s", err);
+    cr_assert_not_null(strstr(err, needle), "\"%s\" not in: %s", needle, err);
+}
+
+MCD_TEST(tokenizer, fits_its_model)
+{
+    eng_tokenizer *t = load_tiny();
+    int32_t n = eng_tokenizer_n_vocab(t);
+    char err[512] = "";
+    cr_assert_eq(eng_tokenizer_check_model(t, n, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(eng_tokenizer_check_model(t, n + 100, err, sizeof err), 0, "%s", err);
+    /* One row fewer: the highest id (an added token in the fixture, non-ASCII, so
+     * shown as \x escapes) is named. */
+    char want[128];
+    snprintf(want, sizeof want, "added token \"\\xe2\\x84\\xa6\" has id %d, but the model has "
+             "%d embedding rows", n - 1, n - 1);
+    expect_misfit(t, n - 1, want);
+    eng_tokenizer_free(t);
+}
+
+MCD_TEST(tokenizer, added_token_beyond_the_model)
+{
+    eng_tokenizer *t = load_tiny();
+    int32_t n = eng_tokenizer_n_vocab(t);
+    eng_tokenizer_free(t);
+    /* The fixture plus a special token past the end. */
+    char *path = src_path("data/tiny-tokenizer.json");
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f);
+    static char json[1 << 20];
+    size_t nb = fread(json, 1, sizeof json - 1, f);
+    fclose(f);
+    free(path);
+    json[nb] = '\0';
+    char *at = strstr(json, "\"added_tokens\"");
+    cr_assert_not_null(at);
+    at = strchr(at, '[');
+    char extra[200];
+    snprintf(extra, sizeof extra, "{\"id\":%d,\"content\":\"<|beyond|>\",\"special\":true},", n + 5);
+    memmove(at + 1 + strlen(extra), at + 1, strlen(at + 1) + 1);
+    memcpy(at + 1, extra, strlen(extra));
+    t = load_text(json);
+    expect_misfit(t, n, "special token \"<|beyond|>\" has id");
+    eng_tokenizer_free(t);
+}
+
+MCD_TEST(tokenizer, empty_vocab_or_missing_bytes)
+{
+    eng_tokenizer *t = load_text("{\"model\":{\"type\":\"BPE\",\"vocab\":{},\"merges\":[]},"
+                                 "\"pre_tokenizer\":" BL ",\"added_tokens\":[{\"id\":0,"
+                                 "\"content\":\"<s>\",\"special\":true}]}");
+    expect_misfit(t, 10, "model.vocab is empty");
+    eng_tokenizer_free(t);
+    t = load_text("{\"model\":" MODEL ",\"pre_tokenizer\":" BL "}");
+    expect_misfit(t, 10, "no token for the byte 0x00");
     eng_tokenizer_free(t);
 }

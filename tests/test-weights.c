@@ -367,7 +367,7 @@ MCD_TEST(weights, directory_is_not_a_file)
 {
     eng_st *st = NULL;
     char err[256];
-    cr_assert_eq(eng_st_open(tmpdir, &st, err, sizeof err), -EINVAL);
+    cr_assert_eq(eng_st_open(tmpdir, &st, err, sizeof err), -EISDIR);
     cr_assert_null(st);
     cr_assert_not_null(strstr(err, "not a regular file"));
 }

@@ -30,7 +30,7 @@ MCD_TEST(worker, full_queue_fails_fast_and_order_is_fifo)
                       .queue_size = N};
     struct fx *f = fx_new(&s);
     struct rec *busy = rec_new();
-    cr_assert_eq(submit(f, busy, &(struct gen_args){.max_tokens = 30, .n_stop_ids = 0,
+    cr_assert_eq(submit(f, busy, &(struct gen_args){.max_tokens = 120, .n_stop_ids = 0,
                                                     .stop_ids = (int32_t[]){-1}}),
                  0);
     cr_assert(wait_for(busy, 1, 10000), "the first request is running");
@@ -114,8 +114,8 @@ MCD_TEST(worker, cancel_queued_and_mid_decode)
     printf("cancel: queued request ended after %.1f ms, running one after %.1f ms "
            "(a runlist of 11 layers at 300 us per command is ~4 ms)\n",
            queued_ms, running_ms);
-    cr_assert_lt(queued_ms, 5000);
-    cr_assert_lt(running_ms, 5000);
+    cr_assert_lt(queued_ms, 15000); /* a bound against a hang, not a speed claim */
+    cr_assert_lt(running_ms, 15000);
     eng_gen_req_free(qa);
 
     /* c, queued behind both, still runs. */
@@ -147,7 +147,7 @@ MCD_TEST(worker, cancel_and_shutdown_interrupt_a_hang)
     printf("cancel during a 20 s simulated hang: final event after %.1f ms\n", ms);
     cr_assert_eq(a->kind, ENG_EVENT_DONE);
     cr_assert_eq(a->done.finish, ENG_FINISH_CANCELLED);
-    cr_assert_lt(ms, 5000);
+    cr_assert_lt(ms, 15000); /* well under the 20 s hang: cut short, however loaded the machine */
     eng_gen_req_free(qa);
 
     /* Shutdown with one request hanging and two queued: three final events. */
@@ -162,7 +162,7 @@ MCD_TEST(worker, cancel_and_shutdown_interrupt_a_hang)
     f->w = NULL;
     ms = (double)(now_us() - t0) / 1e3;
     printf("shutdown with a hang and two queued requests: %.1f ms\n", ms);
-    cr_assert_lt(ms, 5000);
+    cr_assert_lt(ms, 15000); /* well under the 20 s hang: cut short, however loaded the machine */
     for (int i = 0; i < 3; i++) {
         cr_assert(r[i]->final, "request %d got its final event", i);
         cr_assert_eq(r[i]->kind, ENG_EVENT_DONE);

@@ -18,6 +18,7 @@
 #include "engine/worker/worker.h"
 #include "tests/check.h"
 #include "tests/worker-fx.h"
+#include "util/defaults.h"
 
 #include <errno.h>
 #include <math.h>
@@ -74,11 +75,7 @@ MCD_TEST(worker, all_layers_time_out_with_structured_error)
     cr_assert_eq(st.current_k, 42);
     cr_assert_eq(st.queue_depth, 0);
     /* busy drops just after the final event, when the worker let go of the request */
-    for (int i = 0; i < 1000 && st.busy; i++) {
-        usleep(1000);
-        eng_worker_get_stats(f->w, &st);
-    }
-    cr_assert_not(st.busy);
+    st = idle_stats(f);
     cr_assert_eq(n_bad_events, 0);
     rec_free(r);
     rec_free(r2);
@@ -407,5 +404,79 @@ MCD_TEST(worker, device_still_down_refuses_next_request)
     rec_free(r);
     rec_free(r2);
     rec_free(r3);
+    fx_free(f);
+}
+
+/* ---- K recovers (issue 14, item 12) --------------------------------------------------- */
+
+/* One transient hang used to halve K for the rest of the daemon's life. Now, after
+ * UT_RUNLIST_PROBE_TOKENS good tokens at K 21, a request probes K 42 again; with
+ * the hang gone it runs there, and 42 is what is remembered. */
+MCD_TEST(worker, auto_k_recovers_after_a_transient_hang)
+{
+    struct setup s = {.device = "sim", .timeout_ms = 30, .kmode = ENG_KMODE_AUTO,
+                      .faults = "phase=decode,token=1,state=TIMEOUT"};
+    struct fx *f = fx_new(&s);
+    struct rec *r = run(f, &(struct gen_args){.max_tokens = 4});
+    assert_done(r, "the hang is replayed at K 21");
+    cr_assert_eq(r->done.timings.k, 21);
+    cr_assert_eq(r->done.timings.attempts, 2);
+    rec_free(r);
+
+    struct eng_worker_stats st = idle_stats(f);
+    cr_assert_eq(st.current_k, 21);
+    uint64_t tokens = 0;
+    int n = 0;
+    for (; n < 64 && st.k_probes == 0; n++) {
+        r = run(f, &(struct gen_args){.max_tokens = 100});
+        assert_done(r, "a request at K 21");
+        cr_assert_eq(r->done.timings.k, 21, "request %d ran at K %d", n, r->done.timings.k);
+        tokens += (uint64_t)(r->done.prompt_tokens + r->done.completion_tokens);
+        rec_free(r);
+        st = idle_stats(f);
+    }
+    cr_assert_eq(st.k_probes, 1, "no probe after %d requests, %llu tokens", n,
+                 (unsigned long long)tokens);
+    cr_assert_geq(tokens, UT_RUNLIST_PROBE_TOKENS - N_PROMPT - 1);
+    cr_assert_eq(st.current_k, 42, "the probe's K");
+    r = run(f, &(struct gen_args){.max_tokens = 8});
+    assert_done(r, "the probe");
+    cr_assert_eq(r->done.timings.k, 42);
+    cr_assert_eq(r->done.timings.attempts, 1);
+    rec_free(r);
+    st = idle_stats(f);
+    cr_assert_eq(st.current_k, 42);
+    cr_assert_eq(st.k_halvings, 1);
+    fx_free(f);
+}
+
+/* The hang is still there: the probe is replayed at K 21 (the request does not
+ * fail), and the next probe waits twice as long. */
+MCD_TEST(worker, auto_k_probe_that_hangs_is_replayed)
+{
+    struct setup s = {.device = "sim", .limit = 36, .timeout_ms = 30, .kmode = ENG_KMODE_AUTO};
+    struct fx *f = fx_new(&s);
+    struct eng_worker_stats st;
+    uint64_t probes = 0;
+    int n = 0;
+    for (; n < 64 && probes < 2; n++) {
+        struct rec *r = run(f, &(struct gen_args){.max_tokens = 100});
+        assert_done(r, "every request completes, probes included");
+        cr_assert_eq(r->done.timings.k, 21);
+        rec_free(r);
+        st = idle_stats(f);
+        probes = st.k_probes;
+    }
+    cr_assert_eq(probes, 2, "after %d requests", n);
+    /* each probe hung once at K 42 and went back to 21 */
+    st = idle_stats(f);
+    cr_assert_eq(st.current_k, 42, "the second probe is pending");
+    struct rec *r = run(f, &(struct gen_args){.max_tokens = 4});
+    assert_done(r, "the pending probe is replayed");
+    cr_assert_eq(r->done.timings.k, 21);
+    cr_assert_eq(r->done.timings.attempts, 2);
+    rec_free(r);
+    st = idle_stats(f);
+    cr_assert_eq(st.k_halvings, 3, "the first hang and two probes");
     fx_free(f);
 }

@@ -275,6 +275,22 @@ static inline struct rec *run(struct fx *f, const struct gen_args *a)
     return r;
 }
 
+/* The worker's stats once it has let go of the last request: the final event comes
+ * first, the request's bookkeeping (K saved, probes, busy) just after. Waits for
+ * that state, however slow the machine (bounded only against a hang). */
+static inline struct eng_worker_stats idle_stats(struct fx *f)
+{
+    struct eng_worker_stats st;
+    eng_worker_get_stats(f->w, &st);
+    for (int i = 0; i < 600000 && (st.busy || st.queue_depth); i++) {
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+        eng_worker_get_stats(f->w, &st);
+    }
+    cr_assert_not(st.busy, "the worker never let go of its request");
+    return st;
+}
+
 static inline void assert_done(const struct rec *r, const char *what)
 {
     cr_assert_eq(r->kind, ENG_EVENT_DONE, "%s: expected DONE, got ERROR: %s", what,

@@ -8,11 +8,12 @@ run_pkgs=(gcc pkg-config meson ninja-build libmicrohttpd-dev libjansson-dev libu
           libutf8proc-dev nettle-dev)
 # systemd: systemd-analyze and systemd-socket-activate for the unit/activation tests;
 # python3: the integration harness (stdlib only, run as /usr/bin/python3).
-# clang + libclang-rt-14-dev: the libFuzzer targets. python3-jinja2: renders the
+# stress-ng: the suite is run beside `stress-ng --cpu 2` to show it does not
+# depend on timing. clang + libclang-rt-14-dev: the libFuzzer targets. python3-jinja2: renders the
 # official chat template as the oracle for ours. python3-torch: the smoke test of
 # the demo model's training recipe (tools/train; about 230 MB installed).
 test_pkgs=(libcriterion-dev curl systemd python3 python3-jinja2 python3-numpy g++ clang libclang-rt-14-dev
-           python3-torch python3-jsonschema)
+           python3-torch python3-jsonschema stress-ng)
 
 want=("${run_pkgs[@]}")
 [ "${1:-run}" = test ] && want+=("${test_pkgs[@]}")

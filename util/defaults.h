@@ -30,6 +30,30 @@
  * detokenizer holds back up to the longest one's length), so the sum is bounded. */
 #define UT_MAX_STOP_BYTES 8192
 
+/* /tokenize, /detokenize, /apply-template: how many of their jobs may hold a libuv
+ * pool thread at once (the others queue). The pool has 4 threads and also builds
+ * chat prompts: text endpoints must never take them all. */
+#define UT_TEXT_JOBS_IN_FLIGHT 1
+
+/* The largest answer a text endpoint builds (413 beyond): 8 MB of "ab ab ..." with
+ * pieces is 125 MB (demo pack) to 180 MB (a byte per token), and the worst 8 MB body
+ * (invalid UTF-8, a byte per token, given as byte arrays) ~235 MB: the default
+ * --max-body-bytes is always answered; a raised one is bounded here. */
+#define UT_TEXT_MAX_ANSWER_BYTES (256 << 20)
+
+/* --runlist-layers auto recovers: after this many tokens (prompt and generated)
+ * run without a fault at a reduced K, the next request tries 2K (at most the
+ * device's default). A probe that hangs halves K back and doubles this interval,
+ * up to UT_RUNLIST_PROBE_TOKENS_MAX: a K that keeps failing is tried rarely, never
+ * given up for good. */
+#define UT_RUNLIST_PROBE_TOKENS 256
+#define UT_RUNLIST_PROBE_TOKENS_MAX (256 * 1024)
+
+/* A K remembered in runlist-k.json is used for this long after it was written;
+ * older, the daemon starts again from the device's default (a driver or firmware
+ * update may have fixed what made it small). */
+#define UT_RUNLIST_K_MAX_AGE_S (7 * 24 * 3600)
+
 /* top_logprobs per token: OpenAI's limit, and what the sampler keeps. */
 #define UT_MAX_TOP_LOGPROBS 20
 

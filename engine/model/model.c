@@ -13,6 +13,7 @@
 #include "engine/model/model-impl.h"
 
 #include "engine/err.h"
+#include "util/fs.h"
 #include "util/msg.h"
 
 #include <errno.h>
@@ -70,7 +71,13 @@ static int open_sharded(eng_model *m, const char *dir, char *err, size_t errlen)
     char path[PATH_MAX];
     json_error_t je;
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    json_t *idx = json_load_file(path, 0, &je);
+    const char *why;
+    int frc;
+    FILE *fp = ut_fopen_regular(path, 0, &frc, &why);
+    if (!fp)
+        return eng__fail(err, errlen, frc, "%s: %s", path, why);
+    json_t *idx = json_loadf(fp, 0, &je);
+    fclose(fp);
     if (!idx)
         return eng__fail(err, errlen, -EINVAL, "%s: line %d: %s", path, je.line, je.text);
     json_t *map = json_object_get(idx, "weight_map");

@@ -21,6 +21,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* config.json is a few hundred bytes; a bound keeps a wrong file from being read whole. */
+#define ENG_PACK_CONFIG_MAX (1 << 20)
+
 struct eng_pack {
     struct eng_pack_info info;
     char *dir;
@@ -129,6 +132,19 @@ static int read_hparams(json_t *cfg, const char *path, struct eng_hparams *hp, c
     return 0;
 }
 
+/* The most bytes the weights of this shape can take: every tensor in f32 (a pack
+ * may replicate the KV heads, so counted as n_heads), plus 10% and 64 MiB for
+ * headers, alignment and extra tensors. A file above it is not this model's
+ * weights: a sparse or corrupt file would otherwise be mapped and "loaded" as
+ * "weights 1048576.0 MiB" (issue 14, item 13). */
+static double max_weights_bytes(const struct eng_hparams *hp)
+{
+    double e = hp->n_embd, q = (double)hp->n_heads * hp->head_dim;
+    double per_layer = e * q * 4 + 3 * e * hp->n_ff + 2 * e + 2.0 * hp->head_dim;
+    double params = (double)hp->n_vocab * e * 2 + hp->n_layers * per_layer + e;
+    return params * 4 * 1.1 + 64.0 * 1024 * 1024;
+}
+
 /* The weights: a Q4NX file first (the NPU pack), else the HF checkpoint. */
 static int find_weights(const char *dir, struct eng_pack_info *info, char *err, size_t errlen)
 {
@@ -141,14 +157,22 @@ static int find_weights(const char *dir, struct eng_pack_info *info, char *err, 
         {"model.safetensors.index.json", ENG_WEIGHTS_SAFETENSORS_SHARDED},
     };
     for (size_t i = 0; i < sizeof candidates / sizeof *candidates; i++) {
-        int64_t sz = ut_file_size(dir, candidates[i].name);
+        const char *why;
+        int64_t sz = ut_file_size(dir, candidates[i].name, &why);
         if (sz == -ENOENT)
             continue;
         if (sz < 0)
-            return eng__fail(err, errlen, (int)sz, "%s/%s: %s", dir, candidates[i].name,
-                        strerror((int)-sz));
+            return eng__fail(err, errlen, (int)sz, "%s/%s: %s", dir, candidates[i].name, why);
         if (sz == 0)
             return eng__fail(err, errlen, -EINVAL, "%s/%s: file is empty", dir, candidates[i].name);
+        if (candidates[i].format != ENG_WEIGHTS_SAFETENSORS_SHARDED &&
+            (double)sz > max_weights_bytes(&info->hp))
+            return eng__fail(err, errlen, -EINVAL,
+                             "%s/%s: %.1f MiB is more than a model of this shape can hold "
+                             "(%.1f MiB even in f32): not this model's weights (a sparse or "
+                             "corrupt file?)",
+                             dir, candidates[i].name, (double)sz / (1024.0 * 1024.0),
+                             max_weights_bytes(&info->hp) / (1024.0 * 1024.0));
         info->format = candidates[i].format;
         info->weights_bytes = sz;
         return 0;
@@ -176,12 +200,14 @@ int eng_pack_open(const char *dir, eng_pack **out, char *err, size_t errlen)
     if ((size_t)snprintf(path, sizeof path, "%s/config.json", dir) >= sizeof path)
         return eng__fail(err, errlen, -ENAMETOOLONG, "%s: path too long", dir);
     json_error_t jerr;
-    cfg = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-    if (!cfg) {
-        if (access(path, R_OK) != 0)
-            return eng__fail(err, errlen, -errno, "%s: %s", path, strerror(errno));
+    const char *why;
+    FILE *f = ut_fopen_regular(path, ENG_PACK_CONFIG_MAX, &rc, &why);
+    if (!f)
+        return eng__fail(err, errlen, rc, "%s: %s", path, why);
+    cfg = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
+    fclose(f);
+    if (!cfg)
         return eng__fail(err, errlen, -EINVAL, "%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
-    }
     if (!json_is_object(cfg)) {
         rc = eng__fail(err, errlen, -EINVAL, "%s: top level must be a JSON object", path);
         goto out;
@@ -207,10 +233,10 @@ int eng_pack_open(const char *dir, eng_pack **out, char *err, size_t errlen)
         goto out;
     if ((rc = find_weights(dir, &p->info, err, errlen)))
         goto out;
-    int64_t tok = ut_file_size(dir, "tokenizer.json");
+    int64_t tok = ut_file_size(dir, "tokenizer.json", &why);
     if (tok <= 0) {
         rc = eng__fail(err, errlen, tok < 0 ? (int)tok : -EINVAL, "%s/tokenizer.json: %s", dir,
-                  tok < 0 ? strerror((int)-tok) : "file is empty");
+                  tok < 0 ? why : "file is empty");
         goto out;
     }
     p->info.dir = p->dir;

@@ -7,6 +7,7 @@
  */
 #include "engine/err.h"
 #include "engine/model/safetensors.h"
+#include "util/fs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -315,10 +316,11 @@ int eng_st_open(const char *path, eng_st **out, char *err, size_t errlen)
         rc = eng__fail(err, errlen, -ENOMEM, "%s: out of memory", path);
         goto err;
     }
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    const char *why;
+    fd = ut_open_regular(path, 0, &why);
     if (fd < 0) {
-        rc = -errno;
-        eng__fail(err, errlen, rc, "%s: cannot open: %s", path, strerror(-rc));
+        rc = fd;
+        eng__fail(err, errlen, rc, "%s: cannot open: %s", path, why);
         goto err;
     }
     struct stat sb;

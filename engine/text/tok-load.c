@@ -7,6 +7,7 @@
  * never adds BOS/EOS (MiniCPM5's template writes <s> itself). Anything else is
  * refused with a one-line reason rather than tokenized differently. */
 #include "engine/text/tok-impl.h"
+#include "util/fs.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -330,10 +331,17 @@ int eng_tokenizer_load(const char *path, eng_tokenizer **out, char *err, size_t 
     *out = NULL;
     if (err && errlen)
         err[0] = '\0';
-    json_t *root = json_load_file(path, JSON_DECODE_ANY, &je);
+    const char *why;
+    FILE *f = ut_fopen_regular(path, 0, &rc, &why);
+    if (!f) {
+        fail(err, errlen, path, "%s", why);
+        return rc == -ENOENT ? -ENOENT : -EINVAL;
+    }
+    json_t *root = json_loadf(f, JSON_DECODE_ANY, &je);
+    fclose(f);
     if (!root) {
         fail(err, errlen, path, "line %d: %s", je.line, je.text);
-        return json_error_code(&je) == json_error_cannot_open_file ? -ENOENT : -EINVAL;
+        return -EINVAL;
     }
     if (!json_is_object(root)) {
         fail(err, errlen, path, "not a JSON object");

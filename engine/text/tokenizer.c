@@ -350,6 +350,56 @@ int eng_tokenizer_encode_special(const eng_tokenizer *t, const char *text, size_
 
 /* ==== decode and lookups ================================================== */
 
+/* A token's bytes for a one-line message: printable ASCII as is, others as \xNN,
+ * at most 40 bytes of it. */
+static void show_token(const char *p, size_t n, char *out, size_t len)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n && i < 40 && k + 5 < len; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\')
+            out[k++] = (char)c;
+        else
+            k += (size_t)snprintf(out + k, len - k, "\\x%02x", c);
+    }
+    out[k] = '\0';
+}
+
+int eng_tokenizer_check_model(const eng_tokenizer *t, int32_t n_vocab, char *err, size_t errlen)
+{
+    char shown[200];
+    for (int32_t id = n_vocab; id < t->n_ids; id++) {
+        if (!t->tok[id])
+            continue;
+        show_token(t->tok[id], t->tok_len[id], shown, sizeof shown);
+        snprintf(err, errlen,
+                 "tokenizer.json: %s token \"%s\" has id %d, but the model has %d embedding rows "
+                 "(config.json vocab_size): the tokenizer does not belong to this model",
+                 t->is_special[id] ? "special" : t->is_added[id] ? "added" : "model.vocab", shown,
+                 id, n_vocab);
+        return -EINVAL;
+    }
+    int32_t n_plain = 0;
+    for (int32_t id = 0; id < t->n_ids; id++)
+        n_plain += t->tok[id] && !t->is_added[id];
+    if (n_plain == 0) {
+        snprintf(err, errlen, "tokenizer.json: model.vocab is empty (only added tokens): every "
+                              "other text would be dropped");
+        return -EINVAL;
+    }
+    for (int c = 0; c < 256; c++) {
+        char ch = (char)c;
+        if (eng__bpe_lookup(t->bpe, &ch, 1) < 0) {
+            snprintf(err, errlen,
+                     "tokenizer.json: model.vocab has no token for the byte 0x%02x (byte-level BPE "
+                     "needs all 256): text with it would be dropped",
+                     c);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
 int32_t eng_tokenizer_n_vocab(const eng_tokenizer *t)
 {
     return t->n_ids;

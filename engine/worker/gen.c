@@ -566,6 +566,22 @@ void eng__worker_run(struct eng_worker *w, eng_gen_req *r)
             eng__worker_log(w, ENG_LOG_INFO, "runlist K: remembered %d layers per runlist in %s",
                             k, w->kstate_path);
     }
+    /* A run of good tokens at a reduced K: the next request probes a larger one. */
+    int k_before = eng_kpolicy_k(&w->kp);
+    if (g.succeeded && eng_kpolicy_grow(&w->kp, g.n_fed - g.n_cached) > 0) {
+        if (eng__worker_replan(w)) {
+            eng__worker_log(w, ENG_LOG_ERROR, "cannot plan runlists of %d layers; keeping K %d",
+                            eng_kpolicy_k(&w->kp), k_before);
+            w->kp.k = k_before;
+            w->kp.probing = false;
+            eng__worker_replan(w);
+        } else {
+            atomic_fetch_add_explicit(&w->m.k_probes, 1, memory_order_relaxed);
+            eng__worker_log(w, ENG_LOG_INFO,
+                            "runlist K %d -> %d: probing a larger K after %d tokens without a "
+                            "fault", k_before, eng_kpolicy_k(&w->kp), w->kp.probe_after);
+        }
+    }
 out:
     if (g.ids && g.n_fed > w->cur->n_kv) /* what the slot's KV now holds, for later */
         w->cur->n_kv = g.n_fed;

@@ -1,6 +1,7 @@
 #include "engine/worker/plan.h"
 #include "engine/err.h"
 #include "util/defaults.h"
+#include "util/fs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -134,6 +135,11 @@ int eng_kpolicy_init(struct eng_kpolicy *p, const struct eng_kpolicy_opts *o, ch
             p->k = clamp_k(o->device_default_k, o->n_layers);
         }
         p->max_retries = o->max_retries < 0 ? UT_RUNLIST_RETRIES_DEFAULT : o->max_retries;
+        p->k_top = clamp_k(o->device_default_k, o->n_layers);
+        if (p->k > p->k_top)
+            p->k = p->k_top;
+        p->probe_base = o->probe_tokens > 0 ? o->probe_tokens : UT_RUNLIST_PROBE_TOKENS;
+        p->probe_after = p->probe_base;
         break;
     default:
         return eng__fail(err, errlen, -EINVAL, "runlist policy: unknown mode %d", (int)o->mode);
@@ -173,6 +179,13 @@ enum eng_kverdict eng_kpolicy_failed(struct eng_kpolicy *p, int state)
         p->attempts = 1;  /* a caller that forgot eng_kpolicy_begin */
     if (p->mode != ENG_KMODE_AUTO || !eng_kpolicy_adapts(state) || p->k <= 1)
         return ENG_KVERDICT_GIVE_UP;
+    p->run = 0;
+    if (p->probing) {           /* the larger K hangs still: try it less often */
+        p->probing = false;
+        p->probe_after = p->probe_after > UT_RUNLIST_PROBE_TOKENS_MAX / 2
+                             ? UT_RUNLIST_PROBE_TOKENS_MAX
+                             : p->probe_after * 2;
+    }
     p->k = (p->k + 1) / 2;
     if (p->attempts - 1 >= p->max_retries)
         return ENG_KVERDICT_GIVE_UP;
@@ -186,6 +199,23 @@ bool eng_kpolicy_succeeded(struct eng_kpolicy *p)
         return false;
     p->remembered_k = p->k;
     return true;
+}
+
+int eng_kpolicy_grow(struct eng_kpolicy *p, int n_tokens)
+{
+    if (p->mode != ENG_KMODE_AUTO)
+        return 0;
+    if (p->probing) {           /* the probe's request completed: K holds */
+        p->probing = false;
+        p->probe_after = p->probe_base;
+    }
+    p->run += n_tokens > 0 ? n_tokens : 0;
+    if (p->k >= p->k_top || p->max_retries < 1 || p->run < p->probe_after)
+        return 0;
+    p->k = p->k > p->k_top / 2 ? p->k_top : p->k * 2;
+    p->run = 0;
+    p->probing = true;
+    return p->k;
 }
 
 /* ---- remembered K ---------------------------------------------------------------- */
@@ -205,32 +235,14 @@ int eng_kstate_path(const char *state_dir, char *buf, size_t len)
 static int read_state(const char *path, json_t **root, char *err, size_t errlen)
 {
     *root = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
-        if (errno == ENOENT)
-            return 0;
-        int e = errno;
-        return eng__fail(err, errlen, -e, "%s: %s", path, strerror(e));
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return eng__fail(err, errlen, -e, "%s: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return eng__fail(err, errlen, -EINVAL, "%s: not a regular file", path);
-    }
-    if (st.st_size > KSTATE_MAX_BYTES) {
-        close(fd);
-        return eng__fail(err, errlen, -EINVAL, "%s: larger than %d bytes", path, KSTATE_MAX_BYTES);
-    }
-    FILE *f = fdopen(fd, "r");
+    const char *why;
+    int rc;
+    FILE *f = ut_fopen_regular(path, KSTATE_MAX_BYTES, &rc, &why);
     if (!f) {
-        int e = errno;
-        close(fd);
-        return eng__fail(err, errlen, -e, "%s: %s", path, strerror(e));
+        if (rc == -ENOENT)
+            return 0;
+        return eng__fail(err, errlen, rc == -EFBIG ? -EINVAL : rc, "%s: %s", path,
+                         rc == -EFBIG ? "larger than 1 MiB" : why);
     }
     json_error_t je;
     json_t *j = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
@@ -257,8 +269,48 @@ static int check_ids(const char *model_id, const char *device_id, char *err, siz
     return 0;
 }
 
+static int lookup(const char *path, const char *model_id, const char *device_id, int *k,
+                  long long *updated, char *err, size_t errlen);
+
 int eng_kstate_load(const char *path, const char *model_id, const char *device_id, int *k,
                     char *err, size_t errlen)
+{
+    return lookup(path, model_id, device_id, k, NULL, err, errlen);
+}
+
+int eng_kstate_load_fresh(const char *path, const char *model_id, const char *device_id,
+                          long long max_age_s, long long now, int *k, char *err, size_t errlen)
+{
+    long long updated = -1;
+    int rc = lookup(path, model_id, device_id, k, &updated, err, errlen);
+    if (rc != 1)
+        return rc;
+    if (updated < 0 || now - updated > max_age_s) {
+        eng__fail(err, errlen, 2,
+                  "%s: K %d for model \"%s\" on device \"%s\" is %s (kept %lld s at most)",
+                  path, *k, model_id, device_id,
+                  updated < 0 ? "undated" : "out of date", max_age_s);
+        return 2;
+    }
+    return 1;
+}
+
+/* "updated" as written by eng_kstate_save, in seconds since the epoch; -1 when
+ * missing or not in that form. */
+static long long parse_stamp(const json_t *v)
+{
+    const char *s = json_string_value(v);
+    struct tm tm = {0};
+    if (!s)
+        return -1;
+    const char *end = strptime(s, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    if (!end || *end)
+        return -1;
+    return (long long)timegm(&tm);
+}
+
+static int lookup(const char *path, const char *model_id, const char *device_id, int *k,
+                  long long *updated, char *err, size_t errlen)
 {
     int rc = check_ids(model_id, device_id, err, errlen);
     if (rc)
@@ -281,6 +333,8 @@ int eng_kstate_load(const char *path, const char *model_id, const char *device_i
                          model_id, device_id);
     }
     *k = (int)v;
+    if (updated)
+        *updated = parse_stamp(json_object_get(dev, "updated"));
     json_decref(root);
     return 1;
 }

@@ -133,9 +133,15 @@ int eng_plan_prefill_chunk(int n_prompt, int chunk_tokens, int index,
  *           per request. The policy gives up when the state is not hang-like, when
  *           K is already 1, or when the retries are used up. A smaller K stays for
  *           the next requests even when this one gave up (it continues the search;
- *           it costs one more submission per runlist, not correctness). K never
- *           grows again within a run of the daemon; a restart starts from the
- *           remembered K.
+ *           it costs one more submission per runlist, not correctness).
+ *           K recovers (issue 14, item 12): after probe_tokens tokens run without a
+ *           fault at a K below the device's default, the next request runs at
+ *           min(2K, default) — a probe. A probe that completes resets the interval;
+ *           one that hangs halves K back (the usual replay) and doubles the interval
+ *           (exponential back-off, at most UT_RUNLIST_PROBE_TOKENS_MAX). No probes
+ *           when max_retries is 0: a failed probe must be replayable, never cost the
+ *           request. A restart starts from the remembered K if it is younger than
+ *           UT_RUNLIST_K_MAX_AGE_S, and probes up from it the same way.
  *
  * On success the policy reports once per new K that it should be remembered
  * (eng_kstate_save): only in AUTO mode.
@@ -167,6 +173,7 @@ struct eng_kpolicy_opts {
     int device_default_k;   /* AUTO: the device's default K; ENG_PLAN_ALL or <= 0 = all */
     int remembered_k;       /* AUTO: K from eng_kstate_load, 0 = none */
     int max_retries;        /* AUTO: replays per request; < 0 = UT_RUNLIST_RETRIES_DEFAULT */
+    int probe_tokens;       /* AUTO: tokens before trying 2K; <= 0 = UT_RUNLIST_PROBE_TOKENS */
 };
 
 enum eng_kverdict {
@@ -182,6 +189,11 @@ struct eng_kpolicy {
     int max_retries;        /* AUTO only; 0 for ALL/FIXED */
     int attempts;           /* tries of the current request so far (>= 1 once begun) */
     int remembered_k;       /* last K reported for saving (or loaded); 0 = none */
+    int k_top;              /* AUTO: the device's default K, where recovery stops */
+    long long run;          /* AUTO: tokens without a fault at this K */
+    int probe_base;         /* AUTO: tokens before a probe, after a good one */
+    int probe_after;        /* AUTO: tokens before the next probe (backs off) */
+    bool probing;           /* AUTO: K was raised and has not completed a request */
 };
 
 /* Returns 0, or -EINVAL (bad n_layers, FIXED with fixed_k < 1, unknown mode; the
@@ -209,6 +221,12 @@ enum eng_kverdict eng_kpolicy_failed(struct eng_kpolicy *p, int state);
  * so a failing save is not retried after every request. */
 bool eng_kpolicy_succeeded(struct eng_kpolicy *p);
 
+/* After a request that completed with `n_tokens` device tokens (prompt fed and
+ * generated), and after eng_kpolicy_succeeded(): a probe that completed ends (the
+ * interval resets); once probe_after tokens ran at a K below k_top, K becomes
+ * min(2K, k_top) for the next request. Returns the new K when it grew, else 0. */
+int eng_kpolicy_grow(struct eng_kpolicy *p, int n_tokens);
+
 /* ---- Remembered K ------------------------------------------------------------
  *
  * One JSON file holds the K that worked, per model and device:
@@ -234,6 +252,13 @@ int eng_kstate_path(const char *state_dir, char *buf, size_t len);
  * one-line warning naming the file. Never fatal: go on without a remembered K. */
 int eng_kstate_load(const char *path, const char *model_id, const char *device_id, int *k,
                     char *err, size_t errlen);
+
+/* eng_kstate_load(), and an entry whose "updated" is more than max_age_s seconds
+ * before `now` (or missing, or unreadable) has expired: returns 2, *k set to the
+ * old value, err saying so. */
+int eng_kstate_load_fresh(const char *path, const char *model_id, const char *device_id,
+                          long long max_age_s, long long now, int *k, char *err,
+                          size_t errlen);
 
 /* Set (model_id, device_id) to k (>= 1; n_layers is recorded for humans, 0 to
  * omit), keeping the file's other entries. Missing parent directories are created

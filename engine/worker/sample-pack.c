@@ -8,6 +8,7 @@
 #include "engine/err.h"
 #include "engine/worker/sample.h"
 #include "util/buf.h"
+#include "util/fs.h"
 
 #include <errno.h>
 #include <float.h>
@@ -27,14 +28,17 @@ static int load_object(const char *dir, const char *name, json_t **out, char *pa
     *out = NULL;
     if ((size_t)snprintf(path, pathlen, "%s/%s", dir, name) >= pathlen)
         return eng__fail(err, errlen, -ENAMETOOLONG, "%s: path too long", dir);
-    struct stat st;
-    if (stat(path, &st) != 0) {
-        if (errno == ENOENT)
+    const char *why;
+    int rc;
+    FILE *f = ut_fopen_regular(path, 0, &rc, &why);
+    if (!f) {
+        if (rc == -ENOENT)
             return 0;
-        return eng__fail(err, errlen, -errno, "%s: %s", path, strerror(errno));
+        return eng__fail(err, errlen, rc, "%s: %s", path, why);
     }
     json_error_t jerr;
-    json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *j = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
+    fclose(f);
     if (!j)
         return eng__fail(err, errlen, -EINVAL, "%s:%d:%d: %s", path, jerr.line, jerr.column,
                          jerr.text);

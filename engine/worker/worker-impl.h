@@ -41,7 +41,7 @@ struct worker_metrics {
     atomic_uint_fast64_t finished_stop, finished_length, cancelled, failed;
     atomic_uint_fast64_t tokens_in, tokens_cached, tokens_out;
     atomic_uint_fast64_t runlists_by_state[ENG_ERT_LAST + 1];
-    atomic_uint_fast64_t device_resets, k_halvings;
+    atomic_uint_fast64_t device_resets, k_halvings, k_probes;
     atomic_bool device_down;      /* mirrors device_broken for other threads */
 };
 

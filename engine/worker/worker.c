@@ -308,8 +308,10 @@ static int remembered_k(struct eng_worker *w)
         return 0;
     char err[512] = "";
     int k = 0;
-    int rc = eng_kstate_load(w->kstate_path, w->model_id, w->device_name, &k, err, sizeof err);
-    if (rc < 0) {
+    int rc = eng_kstate_load_fresh(w->kstate_path, w->model_id, w->device_name,
+                                   UT_RUNLIST_K_MAX_AGE_S, (long long)time(NULL), &k, err,
+                                   sizeof err);
+    if (rc < 0 || rc == 2) {
         eng__worker_log(w, ENG_LOG_WARN, "runlist K: %s; starting from the device default", err);
         return 0;
     }
@@ -492,6 +494,7 @@ void eng_worker_get_stats(const eng_worker *cw, struct eng_worker_stats *out)
         .tokens_out = LOAD(w->m.tokens_out),
         .device_resets = LOAD(w->m.device_resets),
         .k_halvings = LOAD(w->m.k_halvings),
+        .k_probes = LOAD(w->m.k_probes),
     };
     for (int s = 0; s <= ENG_ERT_LAST; s++)
         out->runlists_by_state[s] = LOAD(w->m.runlists_by_state[s]);

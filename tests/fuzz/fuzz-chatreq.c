@@ -12,6 +12,7 @@
 #include "api/completions.h"
 #include "api/ollama.h"
 #include "api/responses.h"
+#include "api/text.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -363,6 +364,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static const struct eng_sampling defaults = {.temperature = 1.0f, .top_p = 0.95f,
                                                  .repetition_penalty = 1.0f};
     const struct api_chat_limits lim = {.n_vocab = N_VOCAB, .defaults = &defaults};
+    /* The server's own body parse (api_parse_object): a refusal, an integer past
+     * int64 included (it names the field from a second parse), is one line. */
+    struct api_bad_request pbad;
+    json_t *parsed = api_parse_object((const char *)data, size, &pbad);
+    if (!parsed && (strchr(pbad.message, '\n') || !pbad.message[0]))
+        abort();
+    json_decref(parsed);
     json_t *body = json_loadb((const char *)data, size, JSON_ALLOW_NUL, NULL);
     struct api_chat_req *r = NULL;
     if (body) {

@@ -30,7 +30,7 @@ from harness_base import (REPO, SKIP_EXIT, _CLEANUP, Failure, Skip,
 from harness_daemon import _ACTIVE, Daemon, pack_daemon, stop_ok, wait_ready
 from harness_http import (Response, connect, curl, free_port,
                           read_http_response, recv_until_close, status_of)
-from harness_packs import (_GENERATED, FifoConfig, generated_pack, make_pack,
+from harness_packs import (_GENERATED, LoadGate, generated_pack, make_pack,
                            pack_binary, tiny_config_text, write_json)
 
 # What test files import from here (the runner's own names are below).
@@ -39,7 +39,7 @@ __all__ = ["REPO", "SKIP_EXIT", "Failure", "Skip", "assert_error_object", "binar
            "Daemon", "pack_daemon", "stop_ok", "wait_ready",
            "Response", "connect", "curl", "free_port", "read_http_response", "recv_until_close",
            "status_of",
-           "FifoConfig", "generated_pack", "make_pack", "pack_binary", "tiny_config_text",
+           "LoadGate", "generated_pack", "make_pack", "pack_binary", "tiny_config_text",
            "write_json",
            "test", "run_main"]
 

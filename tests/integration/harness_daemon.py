@@ -11,9 +11,9 @@ import socket
 import subprocess
 import tempfile
 
-from harness_base import Failure, binary, eq, wait_for
+from harness_base import TIME_SCALE, Failure, binary, eq, wait_for
 from harness_http import connect, curl, free_port, recv_until_close
-from harness_packs import FifoConfig, make_pack, write_json
+from harness_packs import LoadGate, make_pack, write_json
 
 # ---- the daemon ---------------------------------------------------------------
 
@@ -167,7 +167,7 @@ class Daemon:
     def wait(self, timeout=10.0):
         """Wait for exit; fail (after killing it) if it does not exit in time."""
         try:
-            self.rc = self.proc.wait(timeout=timeout)
+            self.rc = self.proc.wait(timeout=timeout * TIME_SCALE)
         except subprocess.TimeoutExpired:
             self.kill()
             raise Failure("daemon did not exit within %.1f s" % timeout)
@@ -285,16 +285,18 @@ class _Exited(Exception):
 # ---- common recipes -----------------------------------------------------------
 
 
-def pack_daemon(args=(), name="MiniCPM5-2B", fifo=False, env=None, start=True, ready=True):
-    """A daemon serving a fresh fake pack given by path. With fifo=True the pack's
-    config.json is a FIFO and d.fifo (a FifoConfig) holds the loader back."""
+def pack_daemon(args=(), name="MiniCPM5-2B", gate=False, env=None, start=True, ready=True):
+    """A daemon serving a fresh fake pack given by path. With gate=True d.gate (a
+    LoadGate) holds the loader back until d.gate.release()."""
     d = Daemon(args, env)
-    d.pack = make_pack(d.tmp, name, fifo=fifo)
-    d.fifo = FifoConfig(os.path.join(d.pack, "config.json")) if fifo else None
+    d.pack = make_pack(d.tmp, name)
+    d.gate = LoadGate(d.tmp) if gate else None
+    if gate:
+        d.env.update(d.gate.env())
     d.args += ["--model", d.pack]
     if start:
         d.start()
-        if ready and not fifo:
+        if ready and not gate:
             wait_ready(d)
     return d
 
@@ -310,8 +312,8 @@ def wait_ready(d, timeout=10.0):
 
 def stop_ok(d, sig=signal.SIGTERM, timeout=10.0):
     """Stop the daemon; it must exit 0. Returns the log."""
-    if getattr(d, "fifo", None) is not None:
-        d.fifo.release()
+    if getattr(d, "gate", None) is not None:
+        d.gate.release()
     rc, log = d.stop(sig, timeout)
     eq(rc, 0, "daemon exit code after %s" % signal.Signals(sig).name)
     return log

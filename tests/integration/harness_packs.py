@@ -1,6 +1,6 @@
 """Packs for the integration tests: packs generated with minicpmd-pack gen (one
-per preset, seed and options per test), minimal fake packs, and a config.json that
-is a FIFO, to hold the daemon's loader back."""
+per preset, seed and options per test), minimal fake packs, and the load gate that
+holds the daemon's loader back."""
 
 import errno
 import json
@@ -57,7 +57,7 @@ def tiny_config_text():
 def make_pack(parent, name="MiniCPM5-2B", config=True, fifo=False):
     """A small real pack directory (the `tiny` preset's random weights) with the unit
     tests' byte-level BPE tokenizer.json fixture. fifo=True makes config.json a FIFO
-    so the loader blocks until FifoConfig.release() writes it."""
+    (which the daemon must refuse at once)."""
     d = os.path.join(parent, name)
     shutil.copytree(generated_pack(), d, dirs_exist_ok=True)
     cfg = os.path.join(d, "config.json")
@@ -71,49 +71,30 @@ def make_pack(parent, name="MiniCPM5-2B", config=True, fifo=False):
     return d
 
 
-class FifoConfig:
-    """Holds a pack's config.json FIFO; release() feeds it so loading finishes.
-    release() is idempotent and bounded: safe to call from finally."""
+class LoadGate:
+    """Holds the daemon's model loader back: the daemon waits before loading while
+    the gate file (MINICPMD_TEST_LOAD_GATE) exists; release() removes it. A FIFO
+    config.json used to do this, but the daemon now refuses FIFOs at once (issue
+    14, item 5). release() is idempotent: safe to call from finally."""
 
-    def __init__(self, path, content=None):
-        self.path = path
-        self.content = (tiny_config_text() if content is None else content).encode()
+    def __init__(self, directory):
+        self.path = os.path.join(directory, "load-gate")
+        with open(self.path, "w"):
+            pass
         self.released = False
 
-    def reader_waiting(self):
-        """True once a reader has the FIFO open (the loader is blocked on it)."""
-        try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)
-        except OSError as e:
-            if e.errno == errno.ENXIO:
-                return False
-            raise
-        # A reader is there. Keep the fd: release() writes through it.
-        if getattr(self, "_fd", None) is not None:
-            os.close(fd)
-        else:
-            self._fd = fd
-        return True
+    def env(self):
+        return {"MINICPMD_TEST_LOAD_GATE": self.path}
 
-    def release(self, timeout=5.0):
-        if self.released:
-            return True
-        deadline = time.monotonic() + timeout
-        fd = getattr(self, "_fd", None)
-        while fd is None:
+    def reader_waiting(self):
+        """True while the gate is shut: the loader cannot be past it."""
+        return os.path.exists(self.path)
+
+    def release(self):
+        if not self.released:
             try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)
-            except OSError as e:
-                if e.errno != errno.ENXIO:
-                    raise
-                if time.monotonic() >= deadline:
-                    return False  # nobody is reading: nothing blocks on us
-                time.sleep(0.02)
-        try:
-            os.set_blocking(fd, True)
-            os.write(fd, self.content)
-        finally:
-            os.close(fd)
-            self._fd = None
-        self.released = True
+                os.remove(self.path)
+            except FileNotFoundError:
+                pass
+            self.released = True
         return True

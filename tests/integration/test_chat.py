@@ -6,6 +6,7 @@ Each function is one meson test (integration-chat). Streams are read with raw
 sockets or curl; the OpenAI SDK's view is in test_sdk.py / tests/oracle."""
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -319,6 +320,55 @@ def deep_chat(d, **kw):
          "max_tokens": 5, "temperature": 0}
     b.update(kw)
     return d.post("/v1/chat/completions", data=json.dumps(b), headers=JSON, timeout=60)
+
+
+@test
+def sim_head_runlist_fault_names_the_head():
+    """Issue 14 item 13: a fault in the head runlist (final norm + lm_head, no
+    layers) was reported as layer_first 42, layer_last 41; it is "runlist":"head"."""
+    d = deep_daemon(["--runlist-layers", "21", "--fault", "phase=prefill,layer=head,state=ERROR"])
+    r = deep_chat(d)
+    err = assert_error_object(r, type_="device_error", code="ert_cmd_state_error")
+    eq(err.get("runlist"), "head", "runlist")
+    check("layer_first" not in err and "layer_last" not in err, "layer range on the head: %r", err)
+    contains(err["message"], "the head runlist", "message")
+    stop_ok(d)
+
+
+def gauge(d, name):
+    m = re.search(r"^%s (\d+)$" % re.escape(name), d.metrics(), re.M)
+    check(m, "no %s in /metrics" % name)
+    return int(m.group(1))
+
+
+@test
+def sim_auto_k_recovers_after_a_transient_hang():
+    """Issue 14 item 12: one transient hang halved K for good (and wrote it to
+    runlist-k.json). Now, after a run of good tokens at K 21, a request probes
+    K 42 again, and with the hang gone K stays there and is remembered."""
+    d = Daemon(["--device", "sim", "--sim-timeout-ms", "300",
+                "--fault", "phase=decode,token=1,state=TIMEOUT"])
+    d.args += ["--model", generated_pack("deep")]
+    d.start()
+    wait_ready(d, 30)
+    r = deep_chat(d, max_tokens=4)
+    eq(r.status, 200, "the hang is replayed")
+    eq(gauge(d, "minicpmd_runlist_layers"), 21, "K after the hang")
+    n = 0
+    while gauge(d, "minicpmd_runlist_k_probes_total") == 0 and n < 40:
+        eq(deep_chat(d, max_tokens=100).status, 200, "request %d at K 21" % n)
+        n += 1
+    eq(gauge(d, "minicpmd_runlist_k_probes_total"), 1, "probes after %d requests" % n)
+    eq(deep_chat(d, max_tokens=4).status, 200, "the probe")
+    eq(gauge(d, "minicpmd_runlist_layers"), 42, "K after the probe")
+    eq(gauge(d, "minicpmd_runlist_k_halvings_total"), 1, "halvings")
+    stop_ok(d)
+    paths = [os.path.join(dp, f) for dp, _, fs in os.walk(d.tmp) for f in fs
+             if f == "runlist-k.json"]
+    eq(len(paths), 1, "runlist-k.json files")
+    with open(paths[0]) as f:
+        ks = [dev["k"] for m in json.load(f)["entries"].values() for dev in m.values()]
+    eq(ks, [42], "the remembered K")
 
 
 @test

@@ -55,10 +55,10 @@ def health_ok_with_pack():
 
 @test
 def health_loading_sequence():
-    """config.json is a FIFO: the loader blocks on it, so LOADING is observable."""
-    d = pack_daemon(fifo=True)
+    """The load gate holds the loader back, so LOADING is observable."""
+    d = pack_daemon(gate=True)
     try:
-        wait_for(d.fifo.reader_waiting, 5, "the loader to open config.json")
+        wait_for(d.gate.reader_waiting, 5, "the loader to be held at the gate")
         r = d.get("/health")
         eq(r.status, 503, "/health while loading")
         json_ct(r)
@@ -85,7 +85,7 @@ def health_loading_sequence():
         check(re.search(r'^minicpmd_model_state\{state="loading"\} 1$', d.metrics(), re.M),
               "/metrics does not say loading")
     finally:
-        d.fifo.release()
+        d.gate.release()
     wait_ready(d, 5)
     j = d.get("/health").json()
     eq(j.get("status"), "ok", "/health after loading")

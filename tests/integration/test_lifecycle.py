@@ -55,10 +55,11 @@ def connection_refused(d):
 @test
 def sigterm_idle_exits_zero():
     d = pack_daemon()
-    t0 = time.monotonic()
     log = stop_ok(d)
-    check(time.monotonic() - t0 < 2, "idle SIGTERM took %.1f s", time.monotonic() - t0)
     contains(log, "SIGTERM", "log")
+    # Idle: it exits at once, not after the 30 s grace (the log, not a clock, says so).
+    contains(log, "all requests finished; exiting", "log")
+    check("grace period" not in log, "an idle daemon waited for the grace period:\n%s", log)
 
 
 @test
@@ -98,7 +99,8 @@ def sigterm_grace_timeout():
     finally:
         s.close()
     eq(rc, 0, "exit code after the grace period")
-    check(0.8 <= took <= 3.0, "exit took %.2f s with --shutdown-timeout 1", took)
+    # The grace timer cannot fire early; how late it is depends on the machine.
+    check(took >= 0.9, "exit took %.2f s with --shutdown-timeout 1", took)
     log = d.log()
     contains(log, "grace period of 1 s is over", "log")
     contains(log, "cancelling 1 in-flight request", "log")
@@ -145,24 +147,84 @@ def sigint_twice_stops_now():
     finally:
         s.close()
     eq(rc, 0, "exit code after a second SIGINT")
-    check(took < 1.5, "second SIGINT took %.2f s", took)
-    contains(d.log(), "SIGINT again: stopping now", "log")
+    log = d.log()
+    contains(log, "SIGINT again: stopping now", "log")
+    # At once, not after the 30 s grace: the log says which path ended it.
+    check("grace period" not in log, "the second SIGINT waited for the grace period (%.1f s)",
+          took)
 
 
 @test
 def sigterm_during_loading():
     """SIGTERM while the model is still loading: the daemon finishes (the
     loader is released) and exits 0 without ever becoming ready."""
-    d = pack_daemon(fifo=True)
+    d = pack_daemon(gate=True)
     try:
-        wait_for(d.fifo.reader_waiting, 5, "the loader to open config.json")
+        wait_for(d.gate.reader_waiting, 5, "the loader to be held at the gate")
         d.send_signal(signal.SIGTERM)
         d.wait_log(r"SIGTERM: no longer accepting", 3)
         wait_for(lambda: connection_refused(d), 1.0, "new connections to be refused")
     finally:
-        d.fifo.release()
+        d.gate.release()
     eq(d.wait(5), 0, "exit code after SIGTERM during loading")
     check(" ready:" not in d.log(), "model became ready after SIGTERM")
+
+
+@test
+def sigterm_blocked_loader_exits_after_grace():
+    """Issue 14 item 5: the loader does not return (held at the gate, as a load
+    stuck in I/O would be): SIGTERM still ends the process, by the stop watch, once
+    --shutdown-timeout + 5 s are over; exit 1 and a log line saying why."""
+    d = pack_daemon(["--shutdown-timeout", "1"], gate=True)
+    try:
+        eq(d.get("/health").json().get("status"), "loading", "/health before SIGTERM")
+        d.send_signal(signal.SIGTERM)
+        d.wait_log(r"SIGTERM: no longer accepting", 10)
+        rc = d.wait(30)
+    finally:
+        d.gate.release()
+    eq(rc, 1, "exit code when the stop watch ends a blocked stop")
+    contains(d.log(), "shutdown: still not finished 6 s after the signal", "log")
+
+
+def fifo_pack(d):
+    pack = make_pack(d.tmp, PACK, fifo=True)
+    return pack
+
+
+@test
+def fifo_config_json_refused_at_once():
+    """Issue 14 item 5: a pack whose config.json is a FIFO fails to load with one
+    line saying so (it used to block the loader, and SIGTERM with it, forever)."""
+    d = Daemon()
+    d.args += ["--model", fifo_pack(d)]
+    d.spawn()
+    eq(d.wait(20), 1, "exit code when config.json is a FIFO")
+    contains(d.log(), "config.json: a FIFO, not a regular file", "log")
+
+
+def refused_at_once(args, want_rc, want):
+    """Run with `args` (a FIFO somewhere a regular file is expected): the daemon
+    exits with want_rc and one line containing `want`, instead of blocking."""
+    d = Daemon(args)
+    rc, out, err = d.run()
+    eq(rc, want_rc, "exit code for %r" % (args,))
+    contains(err, want, "message")
+
+
+@test
+def check_fifo_config_json():
+    d = Daemon()
+    refused_at_once(["--check", "--model", fifo_pack(d)], 1,
+                    "config.json: a FIFO, not a regular file")
+
+
+@test
+def api_key_file_fifo_refused():
+    d = Daemon()
+    fifo = os.path.join(d.tmp, "key")
+    os.mkfifo(fifo)
+    refused_at_once(["--api-key-file", fifo], 2, "a FIFO, not a regular file")
 
 
 @test
@@ -244,6 +306,30 @@ def check_missing_config_json():
     rc, out, err = d.run()
     eq(rc, 1, "--check exit code for a pack without config.json")
     contains(err, "config.json", "--check message")
+
+
+@test
+def check_tokenizer_beyond_vocab():
+    """Issue 14 item 9: an added token whose id is past the model's vocab_size fails
+    --check (and the load) with one line naming the token, instead of loading and
+    then answering 400 to every request that contains it."""
+    d = Daemon(["--check"])
+    pack = make_pack(d.tmp, PACK)
+    with open(os.path.join(pack, "config.json")) as f:
+        vocab = json.load(f)["vocab_size"]
+    path = os.path.join(pack, "tokenizer.json")
+    with open(path) as f:
+        tok = json.load(f)
+    tok["added_tokens"].append({"id": vocab, "content": "<|past_the_end|>", "special": True,
+                                "single_word": False, "lstrip": False, "rstrip": False,
+                                "normalized": False})
+    with open(path, "w") as f:
+        json.dump(tok, f)
+    d.args += ["--model", pack]
+    rc, out, err = d.run()
+    eq(rc, 1, "--check exit code for a tokenizer that does not fit the model")
+    contains(err, 'special token "<|past_the_end|>" has id %d' % vocab, "--check message")
+    eq(len(err.strip().splitlines()), 1, "one line: %r" % err)
 
 
 @test
@@ -374,6 +460,44 @@ def sighup_without_log_file_keeps_running():
     eq(d.get("/health").status, 503, "/health after SIGHUP")
     check(d.alive(), "daemon died on SIGHUP")
     stop_ok(d)
+
+
+
+@test
+def sigusr1_reopens_log_sigusr2_ignored():
+    """Issue 14 item 13: SIGUSR1/SIGUSR2 used to kill the daemon (their default
+    action). SIGUSR1 now reopens the log like SIGHUP (nginx's USR1); SIGUSR2 is
+    ignored."""
+    d = Daemon()
+    logdir = os.path.join(d.tmp, "logs")
+    os.makedirs(logdir)
+    path = os.path.join(logdir, "minicpmd.log")
+    rotated = path + ".1"
+    d.args += ["--log-file", path]
+    d.extra_logs = [rotated, path]
+    d.start()
+    d.send_signal(signal.SIGUSR2)
+    os.rename(path, rotated)
+    d.send_signal(signal.SIGUSR1)
+    wait_for(lambda: os.path.exists(path) and "SIGUSR1: log file reopened" in open(path).read(),
+             30, "the reopen line in a new log file after SIGUSR1")
+    check(d.alive(), "daemon died on SIGUSR1/SIGUSR2")
+    eq(d.get("/health").status, 503, "/health after SIGUSR1/SIGUSR2 (no model)")
+    stop_ok(d)
+
+
+@test
+def model_control_characters_escaped():
+    """Issue 14 item 13: an operator string (--model) with control characters is
+    printed escaped, on one line, never raw to a terminal or a log."""
+    d = Daemon(["--check"])
+    pack = make_pack(d.tmp, "a\x1b[31mred\nx")
+    d.args += ["--model", pack]
+    rc, out, err = d.run()
+    eq(rc, 0, "--check exit code; stderr=%r" % err)
+    check("\x1b" not in out + err, "a raw ESC reached the output: %r", out + err)
+    contains(out, "a\\x1b[31mred\\x0ax", "--check line")
+    eq(len(out.strip().splitlines()), 1, "one line: %r" % out)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,10 @@
 template's expected output comes from Jinja2 rendering the official template
 (tests/chat/oracle.py), not from our renderer."""
 
+import http.client
 import json
 import os
+import select
 import sys
 
 sys.dont_write_bytecode = True
@@ -13,8 +15,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "chat"))
 
-from harness import (Daemon, assert_error_object, check, eq, pack_daemon,  # noqa: E402
-                     run_main, stop_ok, test)
+from harness import (Daemon, Skip, assert_error_object, binary, check, eq,  # noqa: E402
+                     pack_daemon, run_main, stop_ok, test, wait_for)
 
 TEMPLATE = os.path.join(HERE, "..", "data", "minicpm5-2b", "chat_template.jinja")
 
@@ -184,6 +186,139 @@ def text_endpoints_need_the_api_key():
     assert_error_object(r, 401, "authentication_error")
     r = d.post("/tokenize", data=b'{"content":"x"}', headers={"Authorization": "Bearer k3y"})
     eq(r.status, 200, "with the key")
+    stop_ok(d)
+
+
+
+# ---- bounded memory and a lane of their own (issue 14, item 1) -------------------
+
+
+def proc_mb(pid, key):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024.0
+    raise AssertionError("no %s in /proc/%d/status" % (key, pid))
+
+
+def sanitized():
+    """An ASan build has its own allocator (quarantine, shadow): RSS says nothing
+    about the daemon's own bounds there."""
+    with open(binary(), "rb") as f:
+        return b"__asan_init" in f.read()
+
+
+def big_post(d, path, body, timeout=300):
+    c = http.client.HTTPConnection(d.host, d.port, timeout=timeout)
+    try:
+        c.request("POST", path, body, {"Content-Type": "application/json"})
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
+@test
+def tokenize_8mb_with_pieces_memory_bounded():
+    """An 8 MB /tokenize body with pieces took RSS from 7 MB to 3.2 GB, and it
+    stayed there at idle. Now: peak under 300 MB, and back within 50 MB of the
+    start after the answer (a memory bound, so it waits for the state, not a
+    clock)."""
+    if sanitized():
+        raise Skip("RSS bounds are about glibc's allocator, not ASan's")
+    d = pack_daemon()
+    pid = d.proc.pid
+    start = proc_mb(pid, "VmRSS")
+    body = json.dumps({"content": "ab " * (8_000_000 // 3 - 20), "with_pieces": True}).encode()
+    check(len(body) <= 8 << 20, "body %d bytes is over the default --max-body-bytes", len(body))
+    status, data = big_post(d, "/tokenize", body)
+    eq(status, 200, "/tokenize status")
+    toks = json.loads(data)["tokens"]
+    check(len(toks) > 2_000_000, "only %d tokens", len(toks))
+    eq(toks[0], {"id": toks[0]["id"], "piece": toks[0]["piece"]}, "first token's shape")
+    del data, toks
+    peak = proc_mb(pid, "VmHWM")
+    check(peak < 300, "peak RSS %.0f MB (start %.0f MB) for an 8 MB /tokenize", peak, start)
+    wait_for(lambda: proc_mb(pid, "VmRSS") <= start + 50, 60,
+             "RSS back within 50 MB of its start (%.0f MB)" % start, interval=0.1)
+    stop_ok(d)
+
+
+@test
+def tokenize_answer_over_the_cap_is_413():
+    """The answer is bounded too (256 MiB): a bigger one is a 413 naming content,
+    not gigabytes of heap."""
+    d = pack_daemon(["--max-body-bytes", "16M"])
+    body = json.dumps({"content": "ab " * 4_500_000, "with_pieces": True}).encode()
+    status, data = big_post(d, "/tokenize", body)
+    eq(status, 413, "status for a with_pieces answer over the cap")
+    err = json.loads(data)["error"]
+    eq(err["param"], "content", "param")
+    check("with_pieces" in err["message"], "message: %r", err["message"])
+    stop_ok(d)
+
+
+def unread_bytes(port):
+    """Bytes waiting in the receive queues of the daemon's end of its TCP
+    connections on `port` (/proc/net/tcp: rx_queue of local port `port`)."""
+    total = 0
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as f:
+                lines = f.readlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, st, queues = fields[1], fields[3], fields[4]
+            if st == "01" and int(local.rsplit(":", 1)[1], 16) == port:
+                total += int(queues.split(":")[1], 16)
+    return total
+
+
+@test
+def chat_not_starved_by_a_tokenize_burst():
+    """Eight 1 MB /tokenize calls used to take every libuv pool thread, and a chat
+    request's prompt waited for them (0.01 s -> 8.2 s). Text jobs now take one
+    thread at a time: the chat answer comes before any of the burst's answers."""
+    d = pack_daemon()
+    body = json.dumps({"content": "ab " * 350_000, "with_pieces": True}).encode()
+    head = ("POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            "Content-Length: %d\r\n\r\n" % len(body)).encode()
+    socks = []
+    try:
+        for _ in range(8):
+            s = d.connect(timeout=60)
+            s.sendall(head + body)
+            socks.append(s)
+        # sendall() returns once the kernel has the bytes; wait until the daemon has
+        # read them all (its sockets' receive queues are empty), so the eight jobs
+        # are queued before the chat request arrives.
+        wait_for(lambda: unread_bytes(d.port) == 0, 60, "the daemon to read the eight bodies")
+        r = post_json(d, "/v1/chat/completions",
+                      {"model": "MiniCPM5-2B", "messages": [{"role": "user", "content": "hi"}],
+                       "max_tokens": 1},
+                      timeout=60)
+        eq(r.status, 200, "chat status during the burst")
+        readable, _, _ = select.select(socks, [], [], 0)
+        eq(len(readable), 0, "/tokenize answers that came before the chat answer")
+    finally:
+        for s in socks:
+            s.close()
+    stop_ok(d)
+
+
+
+@test
+def integer_past_int64_names_the_field():
+    """Issue 14 item 13: an integer beyond int64 was "not valid JSON"; it is a 400
+    naming the field."""
+    d = pack_daemon()
+    body = b'{"content": "x", "with_pieces": 99999999999999999999}'
+    r = d.post("/tokenize", data=body, headers={"Content-Type": "application/json"})
+    err = assert_error_object(r, status=400, param="with_pieces")
+    check("not valid JSON" not in err["message"], "message: %r", err["message"])
+    check("out of range" in err["message"], "message: %r", err["message"])
     stop_ok(d)
 
 

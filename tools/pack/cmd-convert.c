@@ -405,13 +405,13 @@ int pack_cmd_convert(int argc, char **argv)
 
     /* The weights: an HF checkpoint, never a Q4NX pack (whatever else is there). */
     enum st_set_kind kind;
-    if (ut_file_size(in_dir, "model.safetensors") >= 0)
+    if (ut_file_size(in_dir, "model.safetensors", NULL) >= 0)
         kind = ST_SET_HF;
-    else if (ut_file_size(in_dir, "model.safetensors.index.json") >= 0)
+    else if (ut_file_size(in_dir, "model.safetensors.index.json", NULL) >= 0)
         kind = ST_SET_HF_SHARDED;
     else {
         fprintf(stderr, ME ": %s: no model.safetensors or model.safetensors.index.json%s\n",
-                in_dir, ut_file_size(in_dir, "model.q4nx") >= 0
+                in_dir, ut_file_size(in_dir, "model.q4nx", NULL) >= 0
                             ? " (model.q4nx is already a Q4NX pack)" : "");
         goto out;
     }
@@ -504,7 +504,7 @@ int pack_cmd_convert(int argc, char **argv)
     }
     for (size_t i = 0; i < sizeof side_files / sizeof *side_files; i++) {
         char src[4096];
-        if (ut_file_size(in_dir, side_files[i]) < 0) {
+        if (ut_file_size(in_dir, side_files[i], NULL) < 0) {
             if (i == 0)
                 fprintf(stderr, ME ": warning: %s has no tokenizer.json: the output is not a "
                         "loadable pack until one is added\n", in_dir);
@@ -536,7 +536,7 @@ int pack_cmd_convert(int argc, char **argv)
     }
     for (int k = ST_SET_HF; k <= ST_SET_HF_SHARDED; k++)
         if (ut_file_size(out_dir, k == ST_SET_HF ? "model.safetensors"
-                                                   : "model.safetensors.index.json") >= 0)
+                                                   : "model.safetensors.index.json", NULL) >= 0)
             fprintf(stderr, ME ": note: %s also holds %s; model.q4nx takes precedence\n", out_dir,
                     k == ST_SET_HF ? "model.safetensors" : "model.safetensors.index.json");
     fprintf(stderr, ME ": %s -> %s/model.q4nx: %zu tensors%s, %.1f MB, %.1f s\n", in_dir, out_dir,

@@ -120,7 +120,7 @@ static void scan_files(struct report *r, const char *dir)
     closedir(d);
     qsort(names, n, sizeof *names, cmp_str);
     for (size_t i = 0; i < n; i++) {
-        int64_t sz = ut_file_size(dir, names[i]);
+        int64_t sz = ut_file_size(dir, names[i], NULL);
         if (sz >= 0)
             json_array_append_new(files, json_pack("{s:s, s:I}", "name", names[i], "bytes",
                                                    (json_int_t)sz));
@@ -141,10 +141,11 @@ static void scan_files(struct report *r, const char *dir)
         {"tokenizer_config.json", "warning"},
     };
     for (size_t i = 0; i < sizeof wanted / sizeof *wanted; i++) {
-        int64_t sz = ut_file_size(dir, wanted[i].name);
+        const char *why;
+        int64_t sz = ut_file_size(dir, wanted[i].name, &why);
         if (sz < 0 || sz == 0)
             add(r, wanted[i].severity, "%s/%s: %s", dir, wanted[i].name,
-                sz == 0 ? "file is empty" : sz == -ENOENT ? "missing" : strerror((int)-sz));
+                sz == 0 ? "file is empty" : sz == -ENOENT ? "missing" : why);
     }
 }
 
@@ -154,7 +155,7 @@ static bool read_config(struct report *r, const char *dir, struct pack_arch *a)
 {
     char path[4096], err[512];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if (ut_file_size(dir, "config.json") < 0)
+    if (ut_file_size(dir, "config.json", NULL) < 0)
         return false;  /* reported with the files */
     json_error_t jerr;
     json_t *cfg = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
@@ -362,7 +363,7 @@ static void check_weights(struct report *r, const char *dir, const struct pack_a
     static const char *const names[] = {"model.q4nx", "model.safetensors",
                                         "model.safetensors.index.json"};
     for (int k = kind + 1; k <= ST_SET_HF_SHARDED; k++)
-        if (ut_file_size(dir, names[k]) >= 0 &&
+        if (ut_file_size(dir, names[k], NULL) >= 0 &&
             !(kind == ST_SET_HF && k == ST_SET_HF_SHARDED))
             add(r, "warning", "%s/%s is ignored: %s takes precedence", dir, names[k],
                 names[kind]);

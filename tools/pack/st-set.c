@@ -28,11 +28,12 @@ const char *st_set_kind_name(enum st_set_kind kind)
 int st_set_detect(const char *dir, enum st_set_kind *kind, char *err, size_t errlen)
 {
     for (int k = ST_SET_Q4NX; k <= ST_SET_HF_SHARDED; k++) {
-        int64_t sz = ut_file_size(dir, weight_files[k]);
+        const char *why;
+        int64_t sz = ut_file_size(dir, weight_files[k], &why);
         if (sz == -ENOENT)
             continue;
         if (sz < 0) {
-            snprintf(err, errlen, "%s/%s: %s", dir, weight_files[k], strerror((int)-sz));
+            snprintf(err, errlen, "%s/%s: %s", dir, weight_files[k], why);
             return (int)sz;
         }
         *kind = (enum st_set_kind)k;

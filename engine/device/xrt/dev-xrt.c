@@ -34,6 +34,7 @@
 #include "engine/device/xrt/kset.h"
 #include "engine/device/xrt/npu-layout.h"
 #include "engine/device/xrt/xrt-impl.h"
+#include "util/fs.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -103,9 +104,11 @@ static int x_max_batch(void *ctx)
 
 static int read_words(const char *path, uint32_t **out, size_t *n, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
+    const char *why;
+    int frc;
+    FILE *f = ut_fopen_regular(path, 0, &frc, &why);
     if (!f)
-        return eng__fail(err, errlen, -errno, "%s: %s", path, strerror(errno));
+        return eng__fail(err, errlen, frc, "%s: %s", path, why);
     fseek(f, 0, SEEK_END);
     long sz = ftell(f);
     fseek(f, 0, SEEK_SET);

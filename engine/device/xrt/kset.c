@@ -12,6 +12,7 @@
  * ops}, embed {tensor, dim}, norm {tensor, bytes}}. */
 #include "engine/device/xrt/kset.h"
 #include "engine/err.h"
+#include "util/fs.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -432,10 +433,14 @@ int eng_kset_load(const char *dir, struct eng_kset *ks, char *err, size_t errlen
     *ks = (struct eng_kset){0};
     snprintf(path, sizeof path, "%s/%s", dir, ENG_KSET_MANIFEST);
     struct rd r = {.file = path, .err = err, .errlen = errlen};
-    json_t *root = json_load_file(path, 0, &je);
+    const char *why;
+    FILE *f = ut_fopen_regular(path, 0, &rc, &why);
+    if (!f)
+        return eng__fail(err, errlen, rc == -ENOENT ? -ENOENT : -EINVAL, "%s: %s", path, why);
+    json_t *root = json_loadf(f, 0, &je);
+    fclose(f);
     if (!root)
-        return eng__fail(err, errlen, access(path, R_OK) ? -ENOENT : -EINVAL, "%s: %s (line %d)",
-                         path, je.text, je.line);
+        return eng__fail(err, errlen, -EINVAL, "%s: %s (line %d)", path, je.text, je.line);
     ks->dir = strdup(dir);
     ks->manifest_path = strdup(path);
     if (!ks->dir || !ks->manifest_path) {
