@@ -31,7 +31,7 @@ static void make_pack(char *dir)
 {
     static const char config[] =
         "{\"model_type\":\"llama\",\"hidden_size\":64,\"num_hidden_layers\":2,"
-        "\"num_attention_heads\":4,\"intermediate_size\":128,\"vocab_size\":304}";
+        "\"num_attention_heads\":4,\"intermediate_size\":128,\"vocab_size\":320}";
     char path[256], err[512];
     snprintf(path, sizeof path, "%s/config.json", dir);
     FILE *f = fopen(path, "w");
