@@ -178,6 +178,23 @@ static int count_kw(struct sc *c, const json_t *s, const char *k, const char *pa
     return 0;
 }
 
+/* A min/max pair of counts (minLength/maxLength, minItems/maxItems): *mx is -1
+ * when there is no maximum; the pair must be ordered and within what the grammar
+ * can repeat. `what` names the counted thing in the refusal. */
+static int count_range(struct sc *c, const json_t *s, const char *kmin, const char *kmax,
+                       const char *what, const char *path, long long *mn, long long *mx)
+{
+    if (count_kw(c, s, kmin, path, 0, mn) || count_kw(c, s, kmax, path, -1, mx))
+        return c->rc;
+    if (*mx >= 0 && *mx < *mn)
+        return sc_refuse(c, kmax, path, "'%s' below '%s' at %s", kmax, kmin, path);
+    if (*mn > ENG_GRAM_MAX_REPEAT || *mx > ENG_GRAM_MAX_REPEAT)
+        return sc_refuse(c, *mx > ENG_GRAM_MAX_REPEAT ? kmax : kmin, path,
+                         "%s lengths above %d at %s are not supported", what,
+                         ENG_GRAM_MAX_REPEAT, path);
+    return 0;
+}
+
 /* ---- strings ------------------------------------------------------------------------- */
 
 static const char *const formats[][2] = {
@@ -215,14 +232,8 @@ static int gen_string(struct sc *c, const json_t *s, const char *path, bool raw,
         /* other formats are annotations (JSON Schema 2020-12's default) */
     }
     long long mn, mx;
-    if (count_kw(c, s, "minLength", path, 0, &mn) || count_kw(c, s, "maxLength", path, -1, &mx))
+    if (count_range(c, s, "minLength", "maxLength", "string", path, &mn, &mx))
         return c->rc;
-    if (mx >= 0 && mx < mn)
-        return sc_refuse(c, "maxLength", path, "'maxLength' below 'minLength' at %s", path);
-    if (mn > ENG_GRAM_MAX_REPEAT || mx > ENG_GRAM_MAX_REPEAT)
-        return sc_refuse(c, mx > ENG_GRAM_MAX_REPEAT ? "maxLength" : "minLength", path,
-                         "string lengths above %d at %s are not supported",
-                         ENG_GRAM_MAX_REPEAT, path);
     const json_t *pat = json_object_get(s, "pattern");
     if (pat) {
         if (!json_is_string(pat))
@@ -481,14 +492,8 @@ static int gen_array(struct sc *c, const json_t *s, const char *path, int depth,
     const json_t *prefix = json_object_get(s, "prefixItems");
     char p[320];
     long long mn, mx;
-    if (count_kw(c, s, "minItems", path, 0, &mn) || count_kw(c, s, "maxItems", path, -1, &mx))
+    if (count_range(c, s, "minItems", "maxItems", "array", path, &mn, &mx))
         return c->rc;
-    if (mx >= 0 && mx < mn)
-        return sc_refuse(c, "maxItems", path, "'maxItems' below 'minItems' at %s", path);
-    if (mn > ENG_GRAM_MAX_REPEAT || mx > ENG_GRAM_MAX_REPEAT)
-        return sc_refuse(c, mx > ENG_GRAM_MAX_REPEAT ? "maxItems" : "minItems", path,
-                         "array lengths above %d at %s are not supported", ENG_GRAM_MAX_REPEAT,
-                         path);
     if (prefix && !json_is_array(prefix))
         return sc_refuse(c, "prefixItems", path, "'prefixItems' at %s must be an array", path);
     if (items && !json_is_object(items) && !json_is_boolean(items))
