@@ -23,6 +23,7 @@
  * header are the same (layout.c) and gen quantizes exactly the BF16 values its HF
  * file holds. */
 #include "tools/pack/fsutil.h"
+#include "tools/pack/gguf.h"
 #include "tools/pack/layout.h"
 #include "tools/pack/pack.h"
 #include "tools/pack/q4nx-write.h"
@@ -318,13 +319,18 @@ static int check_extras(const struct st_set *in, const char *dir, const struct p
 static void usage(FILE *f)
 {
     fprintf(f,
-            "Usage: minicpmd-pack convert HF_DIR OUT_DIR [--kv-heads N]\n\n"
+            "Usage: minicpmd-pack convert HF_DIR OUT_DIR [--kv-heads N]\n"
+            "       minicpmd-pack convert MODEL.gguf OUT_DIR [--tokenizer tokenizer.json]\n\n"
             "Writes a Q4NX pack (model.q4nx + config and tokenizer files) in OUT_DIR from the\n"
             "Hugging Face checkpoint in HF_DIR (model.safetensors or model.safetensors.index.json\n"
             "with its shards; BF16, F16 or F32). The embedding and norms stay BF16; every matmul\n"
             "weight incl. lm_head becomes Q4_1 chunks (32 rows x 256 columns, input padded).\n"
             "--kv-heads N repeats each K/V head to N heads (a multiple of the model's, dividing\n"
-            "the query heads), as NPU packs need; the model computes the same.\n");
+            "the query heads), as NPU packs need; the model computes the same.\n"
+            "A llama GGUF (v2/v3; F32, F16, BF16, Q8_0, Q4_0, Q4_1 tensors) converts the same\n"
+            "way, except that its Q4_0/Q4_1 matmuls keep their codes (Q4_0 as Q4_1 with\n"
+            "m = -8 d; the F16 scales become BF16), Q/K rows are put back in HF order, and\n"
+            "config.json and tokenizer.json come from its metadata (--tokenizer: that file).\n");
 }
 
 static int same_dir(const char *a, const char *b)
@@ -336,7 +342,7 @@ static int same_dir(const char *a, const char *b)
 
 int pack_cmd_convert(int argc, char **argv)
 {
-    const char *in_dir = NULL, *out_dir = NULL;
+    const char *in_dir = NULL, *out_dir = NULL, *tok_path = NULL;
     int kv_heads = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -353,6 +359,12 @@ int pack_cmd_convert(int argc, char **argv)
             }
             kv_heads = (int)v;
             i++;
+        } else if (strcmp(a, "--tokenizer") == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, ME ": --tokenizer needs a tokenizer.json\n");
+                return 2;
+            }
+            tok_path = argv[++i];
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, ME ": unknown option '%s' (see --help)\n", a);
             return 2;
@@ -367,6 +379,17 @@ int pack_cmd_convert(int argc, char **argv)
     }
     if (!in_dir || !out_dir) {
         usage(stderr);
+        return 2;
+    }
+    if (gguf_is_gguf(in_dir)) {
+        if (kv_heads) {
+            fprintf(stderr, ME ": --kv-heads is for Hugging Face checkpoints, not GGUF\n");
+            return 2;
+        }
+        return pack_convert_gguf(in_dir, out_dir, tok_path);
+    }
+    if (tok_path) {
+        fprintf(stderr, ME ": --tokenizer is for GGUF input (an HF checkpoint brings its own)\n");
         return 2;
     }
 

@@ -27,9 +27,10 @@ static const struct {
      "                             architecture, files, tensors, totals and problems of a pack\n"
      "                             (exit 1 when it has an error)"},
     {"convert", pack_cmd_convert,
-     "convert HF_DIR OUT_DIR [--kv-heads N]\n"
-     "                             HF BF16 checkpoint -> Q4NX pack (Q4_1 matmuls, BF16 embedding\n"
-     "                             and norms); --kv-heads: replicate K/V heads (NPU packs)"},
+     "convert HF_DIR|MODEL.gguf OUT_DIR [--kv-heads N] [--tokenizer FILE]\n"
+     "                             HF BF16 checkpoint or llama GGUF -> Q4NX pack (Q4_1 matmuls,\n"
+     "                             BF16 embedding and norms); --kv-heads: replicate K/V heads\n"
+     "                             (NPU packs); --tokenizer: tokenizer.json for a GGUF"},
 };
 
 static void usage(FILE *out)

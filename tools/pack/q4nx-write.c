@@ -98,6 +98,30 @@ void q4nx_pack_rowblock(const float *w, int64_t cols, uint8_t *out)
     }
 }
 
+void q4nx_pack_rowblock_codes(const uint8_t *q, const uint16_t *d, const uint16_t *m,
+                              int64_t cols, uint8_t *out)
+{
+    int64_t ng = cols / 32, ncol = (cols + Q4NX_CHUNK_COLS - 1) / Q4NX_CHUNK_COLS;
+    for (int64_t j = 0; j < ncol; j++) {
+        uint8_t *dq = out + j * Q4NX_CHUNK_BYTES, *mq = dq + 512, *nib = dq + 1024;
+        memset(dq, 0, Q4NX_CHUNK_BYTES);  /* padding groups: d = m = 0, codes 0 */
+        for (int g = 0; g < 8 && j * 8 + g < ng; g++) {
+            int64_t gi = j * 8 + g;
+            for (int r = 0; r < 32; r++) {
+                put_le16(dq + 2 * (g * 32 + r), d[r * ng + gi]);
+                put_le16(mq + 2 * (g * 32 + r), m[r * ng + gi]);
+                for (int i = 0; i < 32; i++) {
+                    int c = g * 32 + i;
+                    uint8_t v = q[(int64_t)r * cols + gi * 32 + i] & 15;
+                    /* The nibble placement of pack_chunk. */
+                    size_t b = (size_t)(r / 16) * 2048 + (size_t)c * 8 + (size_t)(r % 16) / 2;
+                    nib[b] |= (uint8_t)(r % 2 == 0 ? v : v << 4);
+                }
+            }
+        }
+    }
+}
+
 /* ---- the container -------------------------------------------------------- */
 
 /* The JSON header, keys in data order, padded with spaces so the data starts at

@@ -78,4 +78,10 @@ float q4nx_bf16_to_f32(uint16_t h);
  * 0..15 (as llama.cpp / gguf-py quantize Q4_1), then d and m stored as BF16. */
 void q4nx_pack_rowblock(const float *w, int64_t cols, uint8_t *out);
 
+/* The same layout from Q4_1 parts already made (a GGUF's Q4_0/Q4_1 blocks, kept
+ * as they are): q [32][cols] codes 0..15, d and m [32][cols / 32] BF16 bits;
+ * cols a multiple of 32. */
+void q4nx_pack_rowblock_codes(const uint8_t *q, const uint16_t *d, const uint16_t *m,
+                              int64_t cols, uint8_t *out);
+
 #endif
