@@ -23,6 +23,9 @@ From the BF16 weights of `gen --preset tiny --format hf`:
          the GGUF weights, loose).
   tokenizer: --tokenizer copies the file byte for byte; from the metadata the
          pack tokenizes the tokenizer corpus as the HF pack does.
+  export: `export-gguf` of a gen pack read back by gguf_write.py: --type q4_1
+         holds the pack's weights exactly and converts back to the same
+         model.q4nx byte for byte; --type q4_0 within one step.
   refusals: truncated file, bad magic, an unsupported tensor type, an extra
          tensor, another architecture, RoPE scaling: exit 1, one line naming
          the problem, no output directory.
@@ -266,6 +269,63 @@ def refusals(pack_bin, hf, good, work):
                  f'{want!r} and no output directory')
 
 
+def export(pack_bin, work):
+    """export-gguf of a gen pack, read back by gguf_write.py's own reader: q4_1
+    carries every weight exactly (Q/K permuted as llama.cpp expects) and converts
+    back to the same model.q4nx byte for byte; q4_0 is within one step |d| (half a
+    step but where Q4_0's -8d .. 7d range clips)."""
+    pack = compare.gen(pack_bin, os.path.join(work, 'exp-pack'), 'tiny', 8)
+    P = ref.Model(pack)
+    for typ in ('q4_1', 'q4_0'):
+        path = os.path.join(work, f'exp-{typ}.gguf')
+        r = subprocess.run([pack_bin, 'export-gguf', pack, path, '--type', typ],
+                           capture_output=True, text=True)
+        print('  ' + r.stderr.strip())
+        if r.returncode != 0:
+            fail(f'export-gguf --type {typ}: exit {r.returncode}')
+            continue
+        kv, T = G.read(path)
+        if kv['general.architecture'] != 'llama' or kv['llama.block_count'] != P.L or \
+                kv['llama.attention.head_count_kv'] != P.nkv or \
+                abs(kv['llama.rope.freq_base'] - P.theta) > 1e-3 * P.theta or \
+                len(kv['tokenizer.ggml.tokens']) != P.V:
+            fail(f'{typ}: metadata does not describe the pack')
+        worst = 0.0
+        for l in range(P.L):
+            for g, _, k in ROLES:
+                t, shape, raw = T[f'blk.{l}.{g}.weight']
+                w = G.decode(raw, t, shape)
+                if k == 'q':
+                    w = G.unpermute(w, P.nh)
+                elif k == 'k':
+                    w = G.unpermute(w, P.nkv)
+                W = P.layers[l][k]
+                if typ == 'q4_1':
+                    if t != G.T_Q4_1 or not np.array_equal(w.astype(np.float64), W.w):
+                        fail(f'q4_1: layer {l} {k}: not the pack\'s weights exactly')
+                else:
+                    _, d, _ = G.q4_parts(raw, t, shape[0], shape[1])
+                    if k in ('q', 'k'):
+                        d = G.unpermute(d, P.nh if k == 'q' else P.nkv)
+                    step = np.repeat(np.abs(d), 32, axis=1).astype(np.float64) + 1e-30
+                    worst = max(worst, float((np.abs(w - W.w) / step).max()))
+        if typ == 'q4_0':
+            # Half a step, except where Q4_0's range (-8d .. 7d) clips the group's far
+            # end: up to one step there.
+            print(f'  q4_0: worst |w_gguf - w_pack| / |d| {worst:.3f}')
+            if worst > 1.001:
+                fail('q4_0: re-quantized weights off by more than one step')
+        if typ == 'q4_1':
+            back = os.path.join(work, 'exp-back')
+            convert(pack_bin, path, back)
+            with open(os.path.join(back, 'model.q4nx'), 'rb') as a, \
+                    open(os.path.join(pack, 'model.q4nx'), 'rb') as b:
+                same = a.read() == b.read()
+            print(f'  q4_1 GGUF converted back: model.q4nx {"byte-identical" if same else "DIFFERS"}')
+            if not same:
+                fail('export-gguf q4_1 + convert is not the identity on model.q4nx')
+
+
 def main(argv):
     if len(argv) != 4:
         print(__doc__, file=sys.stderr)
@@ -333,6 +393,9 @@ def main(argv):
         fail(f'tokenizer from the GGUF metadata differs from the HF pack\'s at token {k}')
     if not os.path.exists(os.path.join(pa, 'chat_template.jinja')):
         fail('chat_template.jinja not written from tokenizer.chat_template')
+
+    print('export-gguf')
+    export(pack_bin, work)
 
     print('refusals')
     refusals(pack_bin, hf, ga, work)

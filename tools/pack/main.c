@@ -31,6 +31,10 @@ static const struct {
      "                             HF BF16 checkpoint or llama GGUF -> Q4NX pack (Q4_1 matmuls,\n"
      "                             BF16 embedding and norms); --kv-heads: replicate K/V heads\n"
      "                             (NPU packs); --tokenizer: tokenizer.json for a GGUF"},
+    {"export-gguf", pack_cmd_export_gguf,
+     "export-gguf PACK OUT.gguf [--type q4_1|q4_0]\n"
+     "                             Q4NX pack -> llama GGUF for llama.cpp (q4_1: the same\n"
+     "                             weights exactly; q4_0: re-quantized)"},
 };
 
 static void usage(FILE *out)
