@@ -1,7 +1,7 @@
 /* GGUF (llama.cpp's model file, versions 2 and 3): a validating reader over a
  * byte buffer, and the little there is to decode its tensor blocks.
  *
- * Anchor: ggml's docs/gguf.md and gguf-py's constants.py (the file layout, the
+ * Anchor: the GGUF spec (gguf.md of the ggml repository) and gguf-py's constants.py (the file layout, the
  * metadata value types and the ggml_type numbers and block sizes of F32, F16,
  * Q4_0, Q4_1, Q8_0 and BF16). Nothing is copied from them.
  *
