@@ -321,7 +321,8 @@ def export(pack_bin, work):
             with open(os.path.join(back, 'model.q4nx'), 'rb') as a, \
                     open(os.path.join(pack, 'model.q4nx'), 'rb') as b:
                 same = a.read() == b.read()
-            print(f'  q4_1 GGUF converted back: model.q4nx {"byte-identical" if same else "DIFFERS"}')
+            print('  q4_1 GGUF converted back: model.q4nx '
+                  + ('byte-identical' if same else 'DIFFERS'))
             if not same:
                 fail('export-gguf q4_1 + convert is not the identity on model.q4nx')
 

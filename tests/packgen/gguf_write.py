@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""A small GGUF v3 writer and reader in numpy, written from the GGUF spec (gguf.md of the ggml repository)
-(file layout, metadata value types) and the block layouts of ggml-common.h as
-documented there (Q4_0: f16 d + 16 bytes of nibbles, element j low nibble of
+"""A small GGUF v3 writer and reader in numpy, written from the GGUF spec
+(gguf.md of the ggml repository: file layout, metadata value types) and the
+block layouts of ggml-common.h as documented there (Q4_0: f16 d + 16 bytes of nibbles, element j low nibble of
 byte j and element j+16 high; Q4_1: f16 d, f16 m, nibbles; Q8_0: f16 d, 32 int8).
 The quantizers follow the reference (non-SIMD) ones of ggml-quants.c in
 behaviour. Independent of the C reader in tools/pack/gguf.c: tests write GGUFs

@@ -51,8 +51,9 @@ static int emit(struct q4nx_writer *w, const struct q4nx_tensor *t, const struct
                                         : 32 * (size_t)cols * 2;
     float *rows = malloc(32 * (size_t)cols * sizeof *rows);
     uint8_t *out = malloc(block), *q = malloc(32 * (size_t)cols);
-    float *df = malloc(32 * (size_t)(ng + 1) * sizeof *df), *mf = malloc(32 * (size_t)(ng + 1) * sizeof *mf);
-    uint16_t *db = malloc(32 * (size_t)(ng + 1) * 2), *mb = malloc(32 * (size_t)(ng + 1) * 2);
+    size_t groups = 32 * (size_t)(ng + 1);
+    float *df = malloc(groups * sizeof *df), *mf = malloc(groups * sizeof *mf);
+    uint16_t *db = malloc(groups * 2), *mb = malloc(groups * 2);
     int rc = -ENOMEM;
     if (!rows || !out || !q || !df || !mf || !db || !mb)
         goto out;

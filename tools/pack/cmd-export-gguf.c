@@ -171,7 +171,8 @@ static int tokenizer_kv(struct hdr *h, const char *dir, json_t *cfg, int vocab, 
     json_t *model = json_object_get(tj, "model"), *vocab_j = json_object_get(model, "vocab");
     json_t *merges = json_object_get(model, "merges"), *added = json_object_get(tj, "added_tokens");
     if (!json_is_object(vocab_j) || !json_is_array(merges)) {
-        snprintf(err, errlen, "%.1024s: not a BPE tokenizer.json (model.vocab, model.merges)", path);
+        snprintf(err, errlen, "%.1024s: not a BPE tokenizer.json (model.vocab, model.merges)",
+                 path);
         goto out;
     }
     const char *k;
@@ -179,7 +180,8 @@ static int tokenizer_kv(struct hdr *h, const char *dir, json_t *cfg, int vocab, 
     json_object_foreach(vocab_j, k, v) {
         json_int_t id = json_integer_value(v);
         if (!json_is_integer(v) || id < 0 || id >= vocab) {
-            snprintf(err, errlen, "%.1024s: vocab '%.40s' has an id outside 0..%d", path, k, vocab - 1);
+            snprintf(err, errlen, "%.1024s: vocab '%.40s' has an id outside 0..%d", path, k,
+                     vocab - 1);
             goto out;
         }
         str[id] = k;
@@ -190,7 +192,7 @@ static int tokenizer_kv(struct hdr *h, const char *dir, json_t *cfg, int vocab, 
         json_int_t id = json_integer_value(json_object_get(v, "id"));
         const char *c = json_string_value(json_object_get(v, "content"));
         if (!c || id < 0 || id >= vocab) {
-            snprintf(err, errlen, "%.1024s: added_tokens[%zu] has no content or an id outside 0..%d",
+            snprintf(err, errlen, "%.1024s: added_tokens[%zu]: no content, or id outside 0..%d",
                      path, i, vocab - 1);
             goto out;
         }

@@ -284,8 +284,8 @@ static int add_merge(uint64_t i, const char *s, size_t len, void *arg)
     struct tokwalk *w = arg;
     const char *sp = memchr(s, ' ', len);
     json_t *js = str_json(s, len);
-    if (!js || !sp || sp == s || sp == s + len - 1 || memchr(sp + 1, ' ', len - (size_t)(sp + 1 - s)))
-    {
+    size_t rest = sp ? len - (size_t)(sp + 1 - s) : 0;
+    if (!js || !sp || sp == s || rest == 0 || memchr(sp + 1, ' ', rest)) {
         json_decref(js);
         return eng__fail(w->err, w->errlen, -EINVAL, "tokenizer.ggml.merges[%" PRIu64 "] is not "
                          "'left right' in UTF-8", i);

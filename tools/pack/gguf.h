@@ -1,8 +1,8 @@
 /* GGUF (llama.cpp's model file, versions 2 and 3): a validating reader over a
  * byte buffer, and the little there is to decode its tensor blocks.
  *
- * Anchor: the GGUF spec (gguf.md of the ggml repository) and gguf-py's constants.py (the file layout, the
- * metadata value types and the ggml_type numbers and block sizes of F32, F16,
+ * Anchor: the GGUF spec (gguf.md of the ggml repository) and gguf-py's
+ * constants.py (the file layout, the metadata value types and the ggml_type numbers and block sizes of F32, F16,
  * Q4_0, Q4_1, Q8_0 and BF16). Nothing is copied from them.
  *
  * Layout: "GGUF", u32 version, u64 tensor count, u64 metadata count; metadata as
