@@ -134,17 +134,7 @@ static int emit(struct q4nx_writer *w, const struct q4nx_tensor *t, const struct
                     s = R / head_dim / j->rep * head_dim + R % head_dim;
                 load_floats(src, s * cols, cols, rows + r * cols);
             }
-            if (t->kind == Q4NX_Q4_1) {
-                q4nx_pack_rowblock(rows, cols, out);  /* nr == 32: checked */
-                nb = block;
-            } else {
-                nb = (size_t)nr * (size_t)cols * 2;
-                for (size_t i = 0; i < (size_t)nr * (size_t)cols; i++) {
-                    uint16_t v = q4nx_f32_to_bf16(rows[i]);
-                    out[2 * i] = (uint8_t)v;
-                    out[2 * i + 1] = (uint8_t)(v >> 8);
-                }
-            }
+            nb = q4nx_encode_rows(t, rows, nr, out);  /* Q4_1: nr == 32, checked */
         }
         if ((rc = q4nx_writer_append(w, out, nb)))
             goto out;

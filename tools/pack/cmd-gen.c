@@ -126,15 +126,6 @@ static void fill_rows(uint64_t *rng, float *out, size_t n, float scale)
         out[i] = q4nx_bf16_to_f32(q4nx_f32_to_bf16(normalish(rng) * scale));
 }
 
-static void put_bf16_rows(const float *x, size_t n, uint8_t *out)
-{
-    for (size_t i = 0; i < n; i++) {
-        uint16_t v = q4nx_f32_to_bf16(x[i]);
-        out[2 * i] = (uint8_t)v;  /* little-endian on any host */
-        out[2 * i + 1] = (uint8_t)(v >> 8);
-    }
-}
-
 /* Produces one tensor's bytes and streams them to the writer. */
 static int emit(struct q4nx_writer *w, const struct q4nx_tensor *t, const struct gen_tensor *g,
                 uint64_t seed, size_t index, struct q4nx_progress *pr)
@@ -204,7 +195,7 @@ static int emit(struct q4nx_writer *w, const struct q4nx_tensor *t, const struct
             q4nx_pack_rowblock(rows, t->cols, out);
         } else {
             nb = (size_t)nr * cols * 2;
-            put_bf16_rows(rows, (size_t)nr * cols, out);
+            q4nx_put_bf16(rows, (size_t)nr * cols, out);
         }
         if ((rc = q4nx_writer_append(w, out, nb)))
             goto out;

@@ -98,6 +98,23 @@ void q4nx_pack_rowblock(const float *w, int64_t cols, uint8_t *out)
     }
 }
 
+void q4nx_put_bf16(const float *x, size_t n, uint8_t *out)
+{
+    for (size_t i = 0; i < n; i++)
+        put_le16(out + 2 * i, q4nx_f32_to_bf16(x[i]));  /* little-endian on any host */
+}
+
+size_t q4nx_encode_rows(const struct q4nx_tensor *t, const float *rows, int64_t nr,
+                        uint8_t *out)
+{
+    if (t->kind == Q4NX_Q4_1) {
+        q4nx_pack_rowblock(rows, t->cols, out);
+        return (size_t)((t->cols + Q4NX_CHUNK_COLS - 1) / Q4NX_CHUNK_COLS) * Q4NX_CHUNK_BYTES;
+    }
+    q4nx_put_bf16(rows, (size_t)nr * (size_t)t->cols, out);
+    return (size_t)nr * (size_t)t->cols * 2;
+}
+
 void q4nx_pack_rowblock_codes(const uint8_t *q, const uint16_t *d, const uint16_t *m,
                               int64_t cols, uint8_t *out)
 {

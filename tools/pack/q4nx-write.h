@@ -78,6 +78,14 @@ float q4nx_bf16_to_f32(uint16_t h);
  * 0..15 (as llama.cpp / gguf-py quantize Q4_1), then d and m stored as BF16. */
 void q4nx_pack_rowblock(const float *w, int64_t cols, uint8_t *out);
 
+/* n floats as BF16 (round to nearest even), little-endian, at out (2n bytes). */
+void q4nx_put_bf16(const float *x, size_t n, uint8_t *out);
+
+/* nr rows of tensor t (floats, row stride t->cols) in its file encoding at out:
+ * Q4_1 chunks (nr must be 32) or BF16. Returns the bytes written. */
+size_t q4nx_encode_rows(const struct q4nx_tensor *t, const float *rows, int64_t nr,
+                        uint8_t *out);
+
 /* The same layout from Q4_1 parts already made (a GGUF's Q4_0/Q4_1 blocks, kept
  * as they are): q [32][cols] codes 0..15, d and m [32][cols / 32] BF16 bits;
  * cols a multiple of 32. */
