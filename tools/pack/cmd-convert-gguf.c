@@ -147,18 +147,9 @@ int pack_convert_gguf(const char *in_path, const char *out_dir, const char *tok_
         fprintf(stderr, ME ": %s: %s\n", in_path, err);
         goto out;
     }
-    for (int i = 0; i < n; i++) {
-        const struct pack_spec *s = &jobs[i].spec;
-        bool mm = pack_role_is_matmul(s->role);
-        if (mm && s->rows % Q4NX_CHUNK_ROWS != 0) {
-            fprintf(stderr, ME ": tensor '%s' has %" PRId64 " rows: Q4NX needs a multiple of %d\n",
-                    s->name, s->rows, Q4NX_CHUNK_ROWS);
+    for (int i = 0; i < n; i++)
+        if (pack_q4nx_tensor(ME, &jobs[i].spec, &t[i]))
             goto out;
-        }
-        t[i] = (struct q4nx_tensor){.kind = mm ? Q4NX_Q4_1 : Q4NX_BF16, .rows = s->rows,
-                                    .cols = s->cols};
-        snprintf(t[i].name, sizeof t[i].name, "%s", s->name);
-    }
     struct stat sb;
     made_dir = stat(out_dir, &sb) != 0;
     if ((e = pack_mkdir_p(out_dir))) {

@@ -461,18 +461,9 @@ int pack_cmd_convert(int argc, char **argv)
         fprintf(stderr, ME ": %s\n", err);
         goto out;
     }
-    for (size_t i = 0; i < n; i++) {
-        const struct pack_spec *s = &jobs[i].spec;
-        bool mm = pack_role_is_matmul(s->role);
-        if (mm && s->rows % Q4NX_CHUNK_ROWS != 0) {
-            fprintf(stderr, ME ": tensor '%s' has %" PRId64 " rows: Q4NX needs a multiple of %d\n",
-                    s->name, s->rows, Q4NX_CHUNK_ROWS);
+    for (size_t i = 0; i < n; i++)
+        if (pack_q4nx_tensor(ME, &jobs[i].spec, &t[i]))
             goto out;
-        }
-        t[i] = (struct q4nx_tensor){.kind = mm ? Q4NX_Q4_1 : Q4NX_BF16, .rows = s->rows,
-                                    .cols = s->cols};
-        snprintf(t[i].name, sizeof t[i].name, "%s", s->name);
-    }
 
     /* The output directory: not the input (config.json would be replaced while
      * being read, and the pack would hold both formats). */

@@ -3,6 +3,7 @@
  * byte: the packer is the one place where a mistake would silently produce a pack
  * that loads but computes nonsense, so the layout comments below restate it. */
 #include "tools/pack/q4nx-write.h"
+#include "tools/pack/layout.h"
 #include "util/buf.h"
 #include "util/clock.h"
 
@@ -96,6 +97,19 @@ void q4nx_pack_rowblock(const float *w, int64_t cols, uint8_t *out)
         int64_t n = cols - c0 < Q4NX_CHUNK_COLS ? cols - c0 : Q4NX_CHUNK_COLS;
         pack_chunk(w, cols, c0, n, out + j * Q4NX_CHUNK_BYTES);
     }
+}
+
+int pack_q4nx_tensor(const char *who, const struct pack_spec *s, struct q4nx_tensor *t)
+{
+    int mm = pack_role_is_matmul(s->role);
+    if (mm && s->rows % Q4NX_CHUNK_ROWS != 0) {
+        fprintf(stderr, "%s: tensor '%s' has %" PRId64 " rows: Q4NX needs a multiple of %d\n", who,
+                s->name, s->rows, Q4NX_CHUNK_ROWS);
+        return -EINVAL;
+    }
+    *t = (struct q4nx_tensor){.kind = mm ? Q4NX_Q4_1 : Q4NX_BF16, .rows = s->rows, .cols = s->cols};
+    snprintf(t->name, sizeof t->name, "%s", s->name);
+    return 0;
 }
 
 void q4nx_put_bf16(const float *x, size_t n, uint8_t *out)

@@ -67,6 +67,12 @@ struct q4nx_progress {
 void q4nx_progress_start(struct q4nx_progress *pr, const char *who, uint64_t total);
 void q4nx_progress_add(struct q4nx_progress *pr, uint64_t n);
 
+struct pack_spec;
+/* The file tensor for a pack tensor: Q4_1 chunks for a matmul weight, else BF16.
+ * A matmul whose rows are not a multiple of 32 cannot be packed: -EINVAL, after
+ * one line on stderr starting with `who`. */
+int pack_q4nx_tensor(const char *who, const struct pack_spec *s, struct q4nx_tensor *t);
+
 /* float -> bfloat16 with round-to-nearest-even, NaN kept a (quiet) NaN. */
 uint16_t q4nx_f32_to_bf16(float x);
 float q4nx_bf16_to_f32(uint16_t h);
