@@ -30,6 +30,7 @@
 
 #define HUGE_2M ((size_t)2 << 20)
 #define PAGE 4096u
+#define COPY_ROUND ((size_t)64 << 20) /* a multiple of HUGE_2M */
 
 struct seg {
     const uint8_t *src;
@@ -238,12 +239,18 @@ static int plan(const eng_model *m, struct seg *segs, size_t *total)
     return n;
 }
 
-/* Drop the copied pages of the file mapping from the process (whole pages only). */
-static void release_source(const struct seg *segs, int n)
+/* Drop the file mapping's pages of what was copied to [from, to) of the region
+ * from the process (whole pages only), so the weights are not held twice. */
+static void release_source(const struct seg *segs, int n, size_t from, size_t to)
 {
     for (int i = 0; i < n; i++) {
-        uintptr_t a = ((uintptr_t)segs[i].src + PAGE - 1) & ~(uintptr_t)(PAGE - 1);
-        uintptr_t e = ((uintptr_t)segs[i].src + segs[i].len) & ~(uintptr_t)(PAGE - 1);
+        size_t lo = segs[i].dst > from ? segs[i].dst : from;
+        size_t hi = segs[i].dst + segs[i].len < to ? segs[i].dst + segs[i].len : to;
+        if (lo >= hi)
+            continue;
+        uintptr_t s = (uintptr_t)segs[i].src + (lo - segs[i].dst);
+        uintptr_t a = (s + PAGE - 1) & ~(uintptr_t)(PAGE - 1);
+        uintptr_t e = (s + (hi - lo)) & ~(uintptr_t)(PAGE - 1);
         if (e > a)
             madvise((void *)a, e - a, MADV_DONTNEED);
     }
@@ -296,18 +303,24 @@ int eng__model_place_weights(eng_model *m)
         total / 1048576.0, hugetlb ? "reserved 2 MB huge pages" : "2 MB-aligned memory (THP)",
         nth);
     uint64_t t0 = ut_now_ns();
-    /* Four rounds, a progress line after each of the first three on a big copy. */
-    size_t step = (len / 4 + HUGE_2M - 1) / HUGE_2M * HUGE_2M;
-    for (size_t from = 0; from < total; from += step) {
-        struct copy_job j = {segs, n, base, from, from + step < total ? from + step : total};
+    /* Rounds of COPY_ROUND, each one's source pages dropped after it (the peak RSS
+     * is the copy plus one round, not twice the weights); a progress line at each
+     * quarter of a big copy. */
+    int quarter = 1;
+    for (size_t from = 0; from < total; from += COPY_ROUND) {
+        struct copy_job j = {segs, n, base, from, from + COPY_ROUND < total ? from + COPY_ROUND : total};
         eng_pool_run(m->pool, copy_part, &j);
-        if (j.to < total && total >= ((size_t)256 << 20))
+        release_source(segs, n, j.from, j.to);
+        if (quarter < 4 && j.to >= total / 4 * (size_t)quarter && total >= ((size_t)256 << 20)) {
             say(m, ENG_LOG_INFO, "weights: %.0f of %.0f MiB copied", j.to / 1048576.0,
                 total / 1048576.0);
+            while (quarter < 4 && j.to >= total / 4 * (size_t)quarter)
+                quarter++;
+        }
     }
     mprotect(base, len, PROT_READ);
     move_pointers(m, segs, n, base);
-    release_source(segs, n);
+    release_source(segs, n, 0, total);
     m->anon = base;
     m->anon_len = len;
     m->info.weights = "copy";

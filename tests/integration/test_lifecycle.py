@@ -500,5 +500,25 @@ def model_control_characters_escaped():
     eq(len(out.strip().splitlines()), 1, "one line: %r" % out)
 
 
+@test
+def weights_copy_logged_and_short_memory_falls_back():
+    """--weights copy (issue 15): the copy and its huge pages are in the log; with
+    MemAvailable short (MINICPMD_TEST_MEMAVAILABLE_MB) the daemon warns and serves
+    from the file mapping instead."""
+    d = pack_daemon(["--weights", "copy", "--log-level", "debug"])
+    log = d.log()
+    check(re.search(r"weights: \d+ MiB copied in", log), "no copy line in the log:\n%s", log)
+    check(re.search(r"weights: (AnonHugePages|hugetlb) -?\d+ of \d+ MiB in huge pages", log),
+          "no huge-page line in the log:\n%s", log)
+    stop_ok(d)
+    d = pack_daemon(["--weights", "copy"], env={"MINICPMD_TEST_MEMAVAILABLE_MB": "100"})
+    log = d.log()
+    check(re.search(r"warn .*--weights copy: .*MemAvailable.*serving them from the file mapping",
+                    log), "no fallback warning in the log:\n%s", log)
+    check("copied in" not in log, "copied anyway:\n%s", log)
+    eq(d.get("/health").status, 200, "/health after the fallback")
+    stop_ok(d)
+
+
 if __name__ == "__main__":
     run_main()
