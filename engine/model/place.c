@@ -8,9 +8,11 @@
  * embedding (read one row per token; it stays mapped) is copied once, in parallel
  * on the model's compute pool, into 2 MB-aligned anonymous memory: hugetlbfs pages
  * when the admin reserved enough (MAP_HUGETLB), else transparent huge pages
- * (MADV_HUGEPAGE). The copied part of the file mapping is then dropped from the
- * process (MADV_DONTNEED: a private read-only mapping refaults from the file if
- * ever touched), so RSS holds the weights once.
+ * (MADV_HUGEPAGE). The bytes are read with pread() from the pack file (the mapping
+ * would take a 4 KB page fault each); what binding touched of the mapping (the KV
+ * head comparison, the norms) is dropped from the process after each round
+ * (MADV_DONTNEED: a private read-only mapping refaults from the file if ever
+ * touched), so RSS holds the weights once.
  *
  * The copy keeps every byte's offset modulo 4096, so each tensor keeps the
  * alignment it had in the mapping, and the model's pointers are moved over.
@@ -26,16 +28,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define HUGE_2M ((size_t)2 << 20)
 #define PAGE 4096u
 #define COPY_ROUND ((size_t)64 << 20) /* a multiple of HUGE_2M */
 
 struct seg {
-    const uint8_t *src;
+    const uint8_t *src;    /* in the file mapping */
     size_t len;
     size_t dst;            /* offset in the anonymous region */
+    int fd;                /* the file, read at off (-1: copy from the mapping) */
+    off_t off;
 };
 
 struct copy_job {
@@ -139,6 +146,14 @@ static void copy_part(void *ctx, int ith, int nth)
         for (int s = 0; s < j->n_segs; s++) {
             const struct seg *g = &j->segs[s];
             size_t a = g->dst > lo ? g->dst : lo, e = g->dst + g->len < hi ? g->dst + g->len : hi;
+            /* pread, not the mapping: no 4 KB page faults on the source, and its
+             * pages never join the process. The mapping if the read fails. */
+            while (a < e && g->fd >= 0) {
+                ssize_t r = pread(g->fd, j->dst + a, e - a, g->off + (off_t)(a - g->dst));
+                if (r <= 0)
+                    break;
+                a += (size_t)r;
+            }
             if (a < e)
                 memcpy(j->dst + a, g->src + (a - g->dst), e - a);
         }
@@ -231,7 +246,8 @@ static int plan(const eng_model *m, struct seg *segs, size_t *total)
                 continue;
             size_t mis = (uintptr_t)parts[k][0] % PAGE;
             at = (at + PAGE - 1) / PAGE * PAGE + mis;
-            segs[n++] = (struct seg){parts[k][0], (size_t)(parts[k][1] - parts[k][0]), at};
+            segs[n++] = (struct seg){parts[k][0], (size_t)(parts[k][1] - parts[k][0]), at, -1,
+                                     (off_t)(parts[k][0] - b)};
             at += segs[n - 1].len;
         }
     }
@@ -254,6 +270,23 @@ static void release_source(const struct seg *segs, int n, size_t from, size_t to
         if (e > a)
             madvise((void *)a, e - a, MADV_DONTNEED);
     }
+}
+
+/* The pack file again, for pread(): only if it is still the file mapped (its
+ * size and first page); else -1 and the copy reads the mapping. */
+static int open_same(const eng_st *st)
+{
+    int fd = open(eng_st_path(st), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat sb;
+    uint8_t head[PAGE];
+    size_t n = eng_st_file_size(st) < PAGE ? (size_t)eng_st_file_size(st) : PAGE;
+    if (fd >= 0 && (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) ||
+                    (uint64_t)sb.st_size != eng_st_file_size(st) ||
+                    pread(fd, head, n, 0) != (ssize_t)n || memcmp(head, eng_st_map(st), n) != 0)) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
 }
 
 int eng__model_place_weights(eng_model *m)
@@ -303,6 +336,12 @@ int eng__model_place_weights(eng_model *m)
         total / 1048576.0, hugetlb ? "reserved 2 MB huge pages" : "2 MB-aligned memory (THP)",
         nth);
     uint64_t t0 = ut_now_ns();
+    for (int i = 0, k = 0; i < m->n_st; i++) {
+        const uint8_t *b = eng_st_map(m->st[i]), *end = b + eng_st_file_size(m->st[i]);
+        int fd = open_same(m->st[i]);
+        for (; k < n && segs[k].src >= b && segs[k].src < end; k++)
+            segs[k].fd = fd;
+    }
     /* Rounds of COPY_ROUND, each one's source pages dropped after it (the peak RSS
      * is the copy plus one round, not twice the weights); a progress line at each
      * quarter of a big copy. */
@@ -318,6 +357,9 @@ int eng__model_place_weights(eng_model *m)
                 quarter++;
         }
     }
+    for (int k = 0; k < n; k++)
+        if (segs[k].fd >= 0 && (k + 1 == n || segs[k + 1].fd != segs[k].fd))
+            close(segs[k].fd);
     mprotect(base, len, PROT_READ);
     move_pointers(m, segs, n, base);
     release_source(segs, n, 0, total);
