@@ -75,7 +75,11 @@ enum eng_act { ENG_ACT_Q8 = 0, ENG_ACT_F32 };
  * file mapping, or a copy in 2 MB-page anonymous memory made at load (everything
  * but the embedding); AUTO copies when the copy fits in MemAvailable with a margin
  * and huge pages are to be had (engine/model/place.c). */
-enum eng_weights_place { ENG_WEIGHTS_PLACE_MMAP = 0, ENG_WEIGHTS_PLACE_COPY, ENG_WEIGHTS_PLACE_AUTO };
+enum eng_weights_place {
+    ENG_WEIGHTS_PLACE_MMAP = 0,
+    ENG_WEIGHTS_PLACE_COPY,
+    ENG_WEIGHTS_PLACE_AUTO,
+};
 
 enum eng_qk_norm {
     ENG_QK_NORM_AUTO = 0, /* use q_norm/k_norm unless they are the synthetic all-ones

@@ -347,7 +347,8 @@ int eng__model_place_weights(eng_model *m)
      * quarter of a big copy. */
     int quarter = 1;
     for (size_t from = 0; from < total; from += COPY_ROUND) {
-        struct copy_job j = {segs, n, base, from, from + COPY_ROUND < total ? from + COPY_ROUND : total};
+        size_t to = from + COPY_ROUND < total ? from + COPY_ROUND : total;
+        struct copy_job j = {segs, n, base, from, to};
         eng_pool_run(m->pool, copy_part, &j);
         release_source(segs, n, j.from, j.to);
         if (quarter < 4 && j.to >= total / 4 * (size_t)quarter && total >= ((size_t)256 << 20)) {
