@@ -520,5 +520,17 @@ def weights_copy_logged_and_short_memory_falls_back():
     stop_ok(d)
 
 
+
+@test
+def check_does_not_copy_weights():
+    """--check computes nothing: it opens the model over the mapping whatever
+    --weights says (the copy of the 2b pack is 1.3 GB and seconds)."""
+    d = Daemon(["--check", "--weights", "copy", "--log-level", "debug"])
+    d.args += ["--model", make_pack(d.tmp, PACK)]
+    rc, out, err = d.run()
+    eq(rc, 0, "--check exit code; stderr=%r" % err)
+    check("copied in" not in err and "copying" not in err, "--check copied the weights: %r", err)
+
+
 if __name__ == "__main__":
     run_main()
