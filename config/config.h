@@ -17,6 +17,7 @@
 enum cfg_precision { CFG_PRECISION_INT8 = 0, CFG_PRECISION_F32 };
 /* q_norm/k_norm in a pack: auto drops the all-ones shim of relabelled packs. */
 enum cfg_qk_norm { CFG_QK_NORM_AUTO = 0, CFG_QK_NORM_OFF, CFG_QK_NORM_ON };
+enum cfg_weights { CFG_WEIGHTS_AUTO = 0, CFG_WEIGHTS_MMAP, CFG_WEIGHTS_COPY };
 /* Thinking when the client says nothing: auto = what the chat template does. */
 enum cfg_thinking { CFG_THINKING_AUTO = 0, CFG_THINKING_ON, CFG_THINKING_OFF };
 
@@ -73,6 +74,7 @@ struct cfg {
     int runlist_retries;        /* auto: how often one request may halve K */
     enum cfg_precision precision;
     enum cfg_qk_norm qk_norm;
+    enum cfg_weights weights;   /* cpu/sim: the pack's mapping or a huge-page copy */
     enum cfg_thinking thinking; /* the default when a request does not say */
     int sim_runlist_limit;      /* sim: more layer commands than this hang; 0 = none */
     int sim_timeout_ms;         /* sim: how long a hung runlist takes to time out */

@@ -13,6 +13,7 @@
 _Static_assert(sizeof(enum cfg_device) == sizeof(int), "enums are stored as int");
 _Static_assert(sizeof(enum cfg_precision) == sizeof(int), "enums are stored as int");
 _Static_assert(sizeof(enum cfg_qk_norm) == sizeof(int), "enums are stored as int");
+_Static_assert(sizeof(enum cfg_weights) == sizeof(int), "enums are stored as int");
 _Static_assert(sizeof(enum cfg_log_level) == sizeof(int), "enums are stored as int");
 _Static_assert(sizeof(enum cfg_thinking) == sizeof(int), "enums are stored as int");
 _Static_assert(sizeof(enum cfg_log_format) == sizeof(int), "enums are stored as int");
@@ -20,6 +21,7 @@ _Static_assert(sizeof(enum cfg_log_format) == sizeof(int), "enums are stored as 
 static const char *const device_names[] = { "auto", "cpu", "sim", "xrt", NULL };
 static const char *const precision_names[] = { "int8", "f32", NULL };
 static const char *const qk_norm_names[] = { "auto", "off", "on", NULL };
+static const char *const weights_names[] = { "auto", "mmap", "copy", NULL };
 static const char *const thinking_names[] = { "auto", "on", "off", NULL };
 static const char *const log_level_names[] = { "error", "warn", "info", "debug", NULL };
 static const char *const log_format_names[] = { "text", "json", NULL };
@@ -126,6 +128,10 @@ const struct cfg__entry cfg__table[CFG__N_ENTRIES] = {
                           .help = "CPU matrix inputs: int8 (fast) or f32 (exact)"),
     ROW(QK_NORM) = ENUM("qk-norm", qk_norm, qk_norm_names, CFG_QK_NORM_AUTO,
                         .help = "a pack's q_norm/k_norm: auto ignores the all-ones shim"),
+    ROW(WEIGHTS) = ENUM("weights", weights, weights_names, CFG_WEIGHTS_AUTO,
+                        .help = "cpu/sim: read the weights from the pack's mapping (mmap) or "
+                                "a copy in huge pages (copy); auto copies when it fits in "
+                                "MemAvailable"),
     ROW(THINKING) = ENUM("thinking", thinking, thinking_names, CFG_THINKING_AUTO,
                          .help = "thinking when a request does not say (enable_thinking, "
                                  "reasoning_effort, think): on, off, or auto (the template's)"),

@@ -58,12 +58,20 @@ const char *eng_engine_choose_device(const char *want, const char *pack_dir, cha
     return "cpu";
 }
 
-/* Model warnings (the all-ones QK-norm shim) go to the engine's log. */
+/* Model warnings (the all-ones QK-norm shim) and lines (the weights' copy) go to
+ * the engine's log. */
 static void warn_model(void *ctx, const char *msg)
 {
     struct eng_engine *e = ctx;
     if (e->log)
         e->log(e->log_ctx, ENG_LOG_WARN, msg);
+}
+
+static void log_model(void *ctx, enum eng_log_level level, const char *msg)
+{
+    struct eng_engine *e = ctx;
+    if (e->log)
+        e->log(e->log_ctx, level, msg);
 }
 
 /* The renderer is MiniCPM5's template in C: a pack whose own template differs
@@ -117,8 +125,10 @@ static int open_device(struct eng_engine *e, const struct eng_engine_opts *o, ch
         .n_threads = o->n_threads,
         .act = o->act,
         .qk_norm = o->qk_norm,
+        .weights = o->weights,
         .warn = warn_model,
         .warn_ctx = e,
+        .log = log_model,
         .sim_runlist_limit = o->sim_runlist_limit,
         .sim_timeout_ms = o->sim_timeout_ms,
         .sim_latency_us = o->sim_latency_us,

@@ -71,6 +71,16 @@ const struct json_t *eng_pack_config(const eng_pack *p);
 /* Activations into the matrix products: int8 per 32 columns (fast) or float32. */
 enum eng_act { ENG_ACT_Q8 = 0, ENG_ACT_F32 };
 
+/* Where the CPU forward pass reads the matmul weights from (--weights): the pack's
+ * file mapping, or a copy in 2 MB-page anonymous memory made at load (everything
+ * but the embedding); AUTO copies when the copy fits in MemAvailable with a margin
+ * and huge pages are to be had (engine/model/place.c). */
+enum eng_weights_place {
+    ENG_WEIGHTS_PLACE_MMAP = 0,
+    ENG_WEIGHTS_PLACE_COPY,
+    ENG_WEIGHTS_PLACE_AUTO,
+};
+
 enum eng_qk_norm {
     ENG_QK_NORM_AUTO = 0, /* use q_norm/k_norm unless they are the synthetic all-ones
                              shim on a llama-architecture model (warned) */
@@ -98,6 +108,7 @@ struct eng_engine_opts {
     int n_threads;              /* compute pool; <= 0: online CPUs */
     enum eng_act act;
     enum eng_qk_norm qk_norm;
+    enum eng_weights_place weights; /* cpu and sim devices */
     int n_ctx;                  /* positions a request may use; <= 0: the model's */
     int queue_size;             /* requests waiting, >= 1 */
     int prefill_chunk;          /* prompt tokens per chunk; <= 0: the worker's default */

@@ -91,6 +91,9 @@ void srv_engine_opts(const struct cfg *cfg, const char *device, struct eng_engin
         .qk_norm = cfg->qk_norm == CFG_QK_NORM_ON    ? ENG_QK_NORM_ON
                    : cfg->qk_norm == CFG_QK_NORM_OFF ? ENG_QK_NORM_OFF
                                                      : ENG_QK_NORM_AUTO,
+        .weights = cfg->weights == CFG_WEIGHTS_MMAP   ? ENG_WEIGHTS_PLACE_MMAP
+                   : cfg->weights == CFG_WEIGHTS_COPY ? ENG_WEIGHTS_PLACE_COPY
+                                                      : ENG_WEIGHTS_PLACE_AUTO,
         .n_ctx = cfg->ctx_size,
         .queue_size = cfg->queue_size,
         .prefill_chunk = cfg->prefill_chunk,

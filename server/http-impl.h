@@ -36,6 +36,7 @@ struct srv_http {
     struct MHD_Daemon *mhd;
     uv_poll_t poll;
     uv_timer_t timer;
+    uv_idle_t soon;              /* MHD_run() on the next loop iteration */
     int hup_fd;                  /* epoll set of connections, EPOLLRDHUP only (see on_hup) */
     uv_poll_t hup;
     uv_timer_t reap;             /* shuts down connections whose peer hung up */

@@ -5,6 +5,16 @@
  * uv_timer from MHD_get_timeout() — MHD's docs say its timeouts break unless it
  * is run again within that many milliseconds, even without socket activity.
  *
+ * "Run again at once" (a timeout of 0: MHD reads a body in one buffer's worth per
+ * connection per MHD_run() and says 0 while bytes remain; a resumed connection)
+ * goes through a uv_idle, never a 0 ms timer: libuv before 1.48 runs a timer
+ * re-armed with 0 from its own callback again in the same pass (libuv issue
+ * #4245, fixed by PR #4250; Debian 12 has 1.44), so while bodies were uploading
+ * the loop never reached its poll phase — no thread-pool completion, no other
+ * timer — and a chat request whose prompt was ready waited for every upload to
+ * end. An idle handle runs once per loop iteration, after a non-blocking poll
+ * (the fix's own advice: "use uv_idle_start() instead").
+ *
  * A request goes through on_access() several times: once when the headers are in
  * (we route, authenticate and check the declared size, and may answer at once so
  * a rejected body is never read), once per body piece, and once at the end, when
@@ -39,6 +49,8 @@
 #define STOP_FLUSH_MS 1000
 
 static void on_timer(uv_timer_t *t);
+static void run_soon(srv_http *h);
+static void run_mhd(srv_http *h);
 static void request_unref(srv_request *req);
 
 /* ---- request accessors --------------------------------------------------- */
@@ -195,7 +207,7 @@ static void deferred_add(srv_http *h, srv_request *r)
 static void deferred_remove(srv_http *h, srv_request *r);
 void srv__deferred_remove(srv_http *h, srv_request *r) { deferred_remove(h, r); }
 void srv__request_unref(srv_request *req) { request_unref(req); }
-void srv__http_kick(srv_http *h) { uv_timer_start(&h->timer, on_timer, 0, 0); }
+void srv__http_kick(srv_http *h) { run_soon(h); }
 
 static void deferred_remove(srv_http *h, srv_request *r)
 {
@@ -250,7 +262,7 @@ void srv_request_complete(srv_request *r, struct srv_response *resp)
     *resp = (struct srv_response){0};
     request_unref(r);            /* MHD still holds its reference */
     MHD_resume_connection(r->conn);
-    uv_timer_start(&h->timer, on_timer, 0, 0); /* MHD must run after a resume */
+    run_soon(h); /* MHD must run after a resume */
 }
 
 /* ---- the request's phases ------------------------------------------------ */
@@ -557,15 +569,32 @@ __attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const ch
 
 /* ---- the uv side --------------------------------------------------------- */
 
+static void on_soon(uv_idle_t *i)
+{
+    uv_idle_stop(i);
+    run_mhd(i->data);
+}
+
+/* MHD_run() on the next loop iteration, after its poll (see the top comment). */
+static void run_soon(srv_http *h)
+{
+    if (!h->stopping)
+        uv_idle_start(&h->soon, on_soon);
+}
+
 static void arm_timer(srv_http *h)
 {
     MHD_UNSIGNED_LONG_LONG ms;
     if (h->stopping)
         return;
-    if (MHD_get_timeout(h->mhd, &ms) == MHD_YES)
-        uv_timer_start(&h->timer, on_timer, ms, 0);
-    else
+    if (MHD_get_timeout(h->mhd, &ms) != MHD_YES) {
         uv_timer_stop(&h->timer);
+    } else if (ms == 0) {
+        uv_timer_stop(&h->timer);
+        run_soon(h);
+    } else {
+        uv_timer_start(&h->timer, on_timer, ms, 0);
+    }
 }
 
 static void run_mhd(srv_http *h)
@@ -578,7 +607,7 @@ static void run_mhd(srv_http *h)
      * puts it back only on a later run after a connection has closed; with no
      * socket activity left nothing else would run it again. */
     if (h->conn_closed) {
-        uv_timer_start(&h->timer, on_timer, 0, 0);
+        run_soon(h);
         return;
     }
     arm_timer(h);
@@ -652,9 +681,11 @@ int srv_http_start(uv_loop_t *loop, const struct srv_http_config *cfg, srv_http 
     }
     uv_poll_init(loop, &h->poll, info->epoll_fd);
     uv_timer_init(loop, &h->timer);
+    uv_idle_init(loop, &h->soon);
     h->poll.data = h;
     h->timer.data = h;
-    h->open_handles = 5;
+    h->soon.data = h;
+    h->open_handles = 6;
     srv__conn_start(h, loop);
     uv_poll_start(&h->poll, UV_READABLE, on_poll);
     arm_timer(h);
@@ -720,6 +751,7 @@ void srv_http_stop(srv_http *h)
     }
     uv_poll_stop(&h->poll);
     uv_timer_stop(&h->timer);
+    uv_idle_stop(&h->soon);
     srv__conn_stop(h);
     /* Runs on_completed for what is still open; it needs h and the metrics. */
     MHD_stop_daemon(h->mhd);
@@ -727,6 +759,7 @@ void srv_http_stop(srv_http *h)
     h->stopping = true;
     uv_close((uv_handle_t *)&h->poll, on_handle_closed);
     uv_close((uv_handle_t *)&h->timer, on_handle_closed);
+    uv_close((uv_handle_t *)&h->soon, on_handle_closed);
     uv_close((uv_handle_t *)&h->hup, on_handle_closed);
     uv_close((uv_handle_t *)&h->reap, on_handle_closed);
     uv_close((uv_handle_t *)&h->deadline, on_handle_closed);

@@ -85,6 +85,8 @@ static int run_check(const struct cfg *cfg, const struct cfg_model_location *loc
     struct eng_engine_opts o;
     eng_engine *eng;
     srv_engine_opts(cfg, device, &o);
+    o.weights = ENG_WEIGHTS_PLACE_MMAP; /* nothing is computed: --weights copy would only
+                                           copy 1.3 GB of the 2b pack to free it again */
     if (eng_engine_open(loc->path, &o, ignore_event, NULL, &eng, err, sizeof err) != 0) {
         srv_say(stderr, "minicpmd: check failed: model %s: %s", loc->id, err);
         return 1;

@@ -57,4 +57,8 @@
 /* top_logprobs per token: OpenAI's limit, and what the sampler keeps. */
 #define UT_MAX_TOP_LOGPROBS 20
 
+/* --weights copy/auto: MemAvailable must hold the copy plus this much (MiB), or the
+ * weights are served from the file mapping (engine/model/place.c). */
+#define UT_WEIGHTS_COPY_MARGIN_MB 512
+
 #endif

@@ -72,8 +72,10 @@ struct eng_device_opts {
     int n_threads;              /* compute pool size; <= 0: online CPUs */
     enum eng_act act;           /* ENG_ACT_Q8 (default) or ENG_ACT_F32 */
     enum eng_qk_norm qk_norm;
+    enum eng_weights_place weights;
     void (*warn)(void *ctx, const char *msg);   /* model warnings; may be NULL */
     void *warn_ctx;
+    void (*log)(void *ctx, enum eng_log_level level, const char *msg); /* may be NULL */
 
     /* sim: the model of NPU firmware */
     int sim_runlist_limit;      /* a runlist with more LAYER commands runs nothing, hangs

@@ -51,7 +51,14 @@ struct eng_model {
     const uint16_t *out_norm;  /* (n_embd) BF16 */
     struct eng_mat lm_head;    /* (n_vocab, n_embd) */
     struct eng_layer *layers;  /* (n_layers) */
+    void *anon;                /* --weights copy: the weights' region (place.c) */
+    size_t anon_len;
 };
+
+/* place.c: copy the weights per opts.weights (falls back to the mapping with a
+ * line in the log: never fails); and unmap the copy. */
+int eng__model_place_weights(eng_model *m);
+void eng__model_unplace_weights(eng_model *m);
 
 /* A view of rows [row0, row0 + n) of m (row0 and n multiples of 32 for Q4_1). */
 struct eng_mat eng__mat_rows(const struct eng_mat *m, int row0, int n);

@@ -9,7 +9,8 @@
  *     with unit weights is not an identity (it rescales q and k to unit RMS), so
  *     on MiniCPM5 it changes the output; ignored with a warning unless forced.
  *
- * Nothing is copied: tensors point into the read-only mappings. */
+ * Tensors point into the read-only mappings, or (--weights copy) into the copy
+ * that place.c makes of them after binding. */
 #include "engine/model/model-impl.h"
 
 #include "engine/err.h"
@@ -410,6 +411,8 @@ int eng_model_open(const eng_pack *pack, const struct eng_model_opts *o, eng_mod
     }
     m->info.n_threads = eng_pool_size(m->pool);
     fill_costs(m);
+    m->info.weights_huge_bytes = -1;
+    eng__model_place_weights(m);
     int q8 = m->opts.act == ENG_ACT_Q8;
     enum eng_isa isa = eng_kernels_isa();
     int vnni = q8 && isa == ENG_ISA_AVX512 && eng_isa_has_vnni();
@@ -429,6 +432,7 @@ void eng_model_free(eng_model *m)
     if (!m)
         return;
     eng_pool_free(m->pool);
+    eng__model_unplace_weights(m);
     for (int i = 0; i < m->n_st; i++)
         eng_st_free(m->st[i]);
     free(m->layers);

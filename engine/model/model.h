@@ -1,7 +1,9 @@
 /* eng_model — the MiniCPM5 forward pass on the CPU.
  *
  * A model is opened over an eng_pack (it borrows the pack: free the model first)
- * and maps its weights: Q4NX Q4_1 chunks or Hugging Face BF16, never copied. A
+ * and maps its weights: Q4NX Q4_1 chunks or Hugging Face BF16; with
+ * opts.weights COPY or AUTO all but the embedding are copied once into 2 MB-page
+ * anonymous memory (engine/model/place.c), with identical bytes. A
  * sequence owns a KV cache and runs batches of positions in three steps, so a
  * scheduler can cut the layers into chunks (the NPU worker's runlists):
  *
@@ -35,8 +37,12 @@ struct eng_model_opts {
     enum eng_act act;
     enum eng_qk_norm qk_norm;
     int no_kv_dedup;        /* compute replicated KV heads as stored (tests) */
+    enum eng_weights_place weights;  /* 0: the file mapping */
     void (*warn)(void *ctx, const char *msg); /* one line per warning; may be NULL */
     void *warn_ctx;
+    /* (optional) lines of every level (the weights' copy: progress, huge pages),
+     * warnings included; given warn_ctx. Without it warnings go to warn. */
+    void (*log)(void *ctx, enum eng_log_level level, const char *msg);
 };
 
 struct eng_model_info {
@@ -49,6 +55,10 @@ struct eng_model_info {
     int64_t weight_bytes_per_token; /* weight bytes one decode step reads */
     int64_t macs_per_token;      /* multiply-accumulates of one token's matmuls */
     const char *isa;             /* kernels in use, e.g. "avx512-vnni" */
+    const char *weights;         /* "mmap" or "copy": where the matmul weights are read */
+    int64_t weights_bytes;       /* copy: bytes copied (all but the embedding) */
+    int64_t weights_huge_bytes;  /* copy: of those, in huge pages at load (smaps
+                                    AnonHugePages, or all with hugetlb); -1: unknown */
 };
 
 int eng_model_open(const eng_pack *pack, const struct eng_model_opts *o, eng_model **out,

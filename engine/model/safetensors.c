@@ -381,6 +381,7 @@ void eng_st_free(eng_st *st)
 
 const char *eng_st_path(const eng_st *st) { return st->path; }
 uint64_t eng_st_file_size(const eng_st *st) { return st->size; }
+const void *eng_st_map(const eng_st *st) { return st->map; }
 size_t eng_st_count(const eng_st *st) { return st->count; }
 
 const struct eng_st_tensor *eng_st_at(const eng_st *st, size_t i)

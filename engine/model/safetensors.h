@@ -69,6 +69,8 @@ void eng_st_free(eng_st *st);
 
 const char *eng_st_path(const eng_st *st);
 uint64_t eng_st_file_size(const eng_st *st);
+/* The start of the file's mapping (eng_st_file_size bytes). */
+const void *eng_st_map(const eng_st *st);
 
 /* Tensors in name order (strcmp), i in 0 .. eng_st_count() - 1. */
 size_t eng_st_count(const eng_st *st);

@@ -500,5 +500,37 @@ def model_control_characters_escaped():
     eq(len(out.strip().splitlines()), 1, "one line: %r" % out)
 
 
+@test
+def weights_copy_logged_and_short_memory_falls_back():
+    """--weights copy (issue 15): the copy and its huge pages are in the log; with
+    MemAvailable short (MINICPMD_TEST_MEMAVAILABLE_MB) the daemon warns and serves
+    from the file mapping instead."""
+    d = pack_daemon(["--weights", "copy", "--log-level", "debug"])
+    log = d.log()
+    check(re.search(r"weights: \d+ MiB copied in", log), "no copy line in the log:\n%s", log)
+    check(re.search(r"weights: (AnonHugePages|hugetlb) -?\d+ of \d+ MiB in huge pages", log),
+          "no huge-page line in the log:\n%s", log)
+    stop_ok(d)
+    d = pack_daemon(["--weights", "copy"], env={"MINICPMD_TEST_MEMAVAILABLE_MB": "100"})
+    log = d.log()
+    check(re.search(r"warn .*--weights copy: .*MemAvailable.*serving them from the file mapping",
+                    log), "no fallback warning in the log:\n%s", log)
+    check("copied in" not in log, "copied anyway:\n%s", log)
+    eq(d.get("/health").status, 200, "/health after the fallback")
+    stop_ok(d)
+
+
+
+@test
+def check_does_not_copy_weights():
+    """--check computes nothing: it opens the model over the mapping whatever
+    --weights says (the copy of the 2b pack is 1.3 GB and seconds)."""
+    d = Daemon(["--check", "--weights", "copy", "--log-level", "debug"])
+    d.args += ["--model", make_pack(d.tmp, PACK)]
+    rc, out, err = d.run()
+    eq(rc, 0, "--check exit code; stderr=%r" % err)
+    check("copied in" not in err and "copying" not in err, "--check copied the weights: %r", err)
+
+
 if __name__ == "__main__":
     run_main()

@@ -42,11 +42,13 @@ struct bench_opts {
     int threads, prompt, gen, reps, json;
     enum eng_act act;
     int isa;                    /* -1: the best this CPU has, else an enum eng_isa */
+    enum eng_weights_place weights;
 };
 
 struct bench_result {
     double prefill_tps, decode_tps;       /* medians, tokens per second */
     double roof_gbs, roof_int8_macs, roof_f32_flops;
+    double load_s;                        /* eng_model_open, the weights' copy included */
 };
 
 static int cmp_double(const void *a, const void *b)
@@ -74,7 +76,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "Usage: minicpmd-bench PACKDIR [--threads N] [--prompt N (512)] [--gen N (64)]\n"
                "                      [--reps N (3)] [--act q8|f32] [--isa scalar|avx2|avx512]\n"
-               "                      [--json]\n"
+               "                      [--weights mmap|copy|auto (auto)] [--json]\n"
                "Prefill and decode tokens/s of the CPU forward pass, medians over --reps,\n"
                "against the machine's read-bandwidth and int8/f32 compute roofs.\n"
                "--threads 0 (the default) uses every online CPU.\n");
@@ -99,10 +101,11 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         {"threads", required_argument, NULL, 't'}, {"prompt", required_argument, NULL, 'p'},
         {"gen", required_argument, NULL, 'g'},     {"reps", required_argument, NULL, 'r'},
         {"act", required_argument, NULL, 'a'},     {"json", no_argument, NULL, 'j'},
-        {"isa", required_argument, NULL, 'i'},
+        {"isa", required_argument, NULL, 'i'},     {"weights", required_argument, NULL, 'w'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
-    *o = (struct bench_opts){ .prompt = 512, .gen = 64, .reps = 3, .act = ENG_ACT_Q8, .isa = -1 };
+    *o = (struct bench_opts){ .prompt = 512, .gen = 64, .reps = 3, .act = ENG_ACT_Q8, .isa = -1,
+                             .weights = ENG_WEIGHTS_PLACE_AUTO };
     int c, rc = 0;
     while (rc == 0 && (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
@@ -142,6 +145,19 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
             }
             break;
         }
+        case 'w':
+            if (strcmp(optarg, "mmap") == 0) {
+                o->weights = ENG_WEIGHTS_PLACE_MMAP;
+            } else if (strcmp(optarg, "copy") == 0) {
+                o->weights = ENG_WEIGHTS_PLACE_COPY;
+            } else if (strcmp(optarg, "auto") == 0) {
+                o->weights = ENG_WEIGHTS_PLACE_AUTO;
+            } else {
+                fprintf(stderr, "minicpmd-bench: --weights wants mmap, copy or auto, not '%s'\n",
+                        optarg);
+                rc = -1;
+            }
+            break;
         case 'j':
             o->json = 1;
             break;
@@ -269,7 +285,7 @@ static void report(const struct bench_opts *o, const struct eng_pack_info *pi,
     if (o->json) {
         json_t *j = json_pack(
             "{s:s, s:s, s:s, s:i, s:s, s:s, s:i, s:i, s:i, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f,"
-            " s:f, s:f, s:f, s:s}",
+            " s:f, s:f, s:f, s:s, s:s, s:I, s:f}",
             "pack", pi->dir, "model_type", pi->model_type, "format",
             eng_weights_format_name(pi->format), "threads", mi->n_threads, "isa", mi->isa, "act",
             act, "prompt_tokens", o->prompt, "gen_tokens", o->gen, "reps", o->reps,
@@ -278,7 +294,8 @@ static void report(const struct bench_opts *o, const struct eng_pack_info *pi,
             r->decode_tps, "decode_gb_s", gbs, "roof_read_gb_s", r->roof_gbs, "decode_bw_ratio",
             gbs / r->roof_gbs, "prefill_gmac_s", gmacs, "roof_int8_gmac_s", r->roof_int8_macs / 1e9,
             "roof_f32_gflop_s", r->roof_f32_flops / 1e9, "prefill_compute_ratio",
-            gmacs / roof_gmacs, "roof_isa", roof_isa_name());
+            gmacs / roof_gmacs, "roof_isa", roof_isa_name(), "weights", mi->weights,
+            "weights_huge_bytes", (json_int_t)mi->weights_huge_bytes, "load_s", r->load_s);
         if (!j) {
             fprintf(stderr, "minicpmd-bench: cannot build the JSON report\n");
             return;
@@ -290,6 +307,11 @@ static void report(const struct bench_opts *o, const struct eng_pack_info *pi,
     }
     printf("pack            %s (%s, %s)\n", pi->dir, pi->model_type, eng_weights_format_name(pi->format));
     printf("threads         %d, kernels %s, roofs %s\n", mi->n_threads, mi->isa, roof_isa_name());
+    printf("weights         %s", mi->weights);
+    if (strcmp(mi->weights, "copy") == 0)
+        printf(", %.0f of %.0f MiB in huge pages", mi->weights_huge_bytes / 1048576.0,
+               mi->weights_bytes / 1048576.0);
+    printf("; loaded in %.2f s\n", r->load_s);
     printf("per token       %.1f MB weights read, %.3f G MACs\n", bytes / 1e6, macs / 1e9);
     printf("decode          %8.2f tok/s  %7.2f GB/s  = %5.1f%% of %.2f GB/s read roof\n",
            r->decode_tps, gbs, 100 * gbs / r->roof_gbs, r->roof_gbs);
@@ -299,6 +321,12 @@ static void report(const struct bench_opts *o, const struct eng_pack_info *pi,
     printf("roofs           read %.2f GB/s (best of %d), int8 %.1f GMAC/s, f32 %.1f GFLOP/s\n",
            r->roof_gbs, BENCH_ROOF_REPS, r->roof_int8_macs / 1e9, r->roof_f32_flops / 1e9);
     printf("(prompt %d tokens, %d generated; medians of %d)\n", o->prompt, o->gen, o->reps);
+}
+
+static void bench_warn(void *ctx, const char *msg)
+{
+    (void)ctx;
+    fprintf(stderr, "minicpmd-bench: %s\n", msg);
 }
 
 int main(int argc, char **argv)
@@ -322,11 +350,14 @@ int main(int argc, char **argv)
                 o.prompt + o.gen, pi->hp.n_ctx_train);
         goto out;
     }
-    struct eng_model_opts mo = { .n_threads = o.threads, .act = o.act };
+    struct eng_model_opts mo = { .n_threads = o.threads, .act = o.act, .weights = o.weights,
+                                 .warn = bench_warn };
+    double t0 = ut_now_s();
     if (eng_model_open(pack, &mo, &model, err, sizeof err)) {
         fprintf(stderr, "minicpmd-bench: %s\n", err);
         goto out;
     }
+    r.load_s = ut_now_s() - t0;
     const struct eng_model_info *mi = eng_model_get_info(model);
     if (measure_roofs(mi->n_threads, &r) || measure_model(model, &o, &r))
         goto out;
