@@ -198,6 +198,8 @@ struct eng_event {
     };
 };
 
+#define ENG_BATCH_BUCKETS 8
+
 /* Counters for /metrics and /health; a consistent-enough snapshot from any thread. */
 struct eng_worker_stats {
     int queue_depth;            /* requests waiting */
@@ -217,6 +219,14 @@ struct eng_worker_stats {
     uint64_t k_probes;          /* times auto tried a larger K again after good tokens */
     bool device_down;           /* the last device reset failed: requests are refused
                                    until one works (each request tries it first) */
+    int active;                 /* sequences running (KV slots in use) */
+    int parallel;               /* at most this many (--parallel, capped by the device) */
+    bool batched;               /* they run as one batch (cpu), else interleaved */
+    uint64_t steps;             /* scheduler steps that ran the device */
+    uint64_t batch_hist[ENG_BATCH_BUCKETS]; /* steps by sequences in them: [i] counts
+                                   steps of i+1 sequences (interleaved: all count 1) */
+    uint64_t queue_wait_us;     /* time requests waited in the queue, summed */
+    uint64_t queue_waits;       /* requests that left the queue */
 };
 
 /* Called on the worker thread, in order; must not block for long nor call into

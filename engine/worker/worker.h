@@ -50,6 +50,10 @@ struct eng_worker_opts {
                                    the tokens in the KV cache (the previous request's
                                    prompt and output); its positions are not computed
                                    again */
+    int parallel;               /* sequences running at once; <= 0: UT_PARALLEL_DEFAULT.
+                                   At most the device's max_seqs (and 4) */
+    int step_prefill;           /* prompt tokens a step may carry beside running
+                                   decodes; <= 0: UT_STEP_PREFILL_DEFAULT */
     int n_ctx;                  /* positions of the sequence; <= 0: the model's
                                    max_position_embeddings */
     enum eng_kmode kmode;       /* --runlist-layers auto (default) | all | N */
