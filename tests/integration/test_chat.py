@@ -280,6 +280,34 @@ def disconnect_mid_stream_frees_worker():
 
 
 @test
+def slots_in_health_and_sequences_in_metrics():
+    """Two streams at once on the sim: /health's slots and /metrics' active
+    sequences follow them (states waited for, never slept), the batch-size histogram
+    and the queue wait count the steps and the requests, and both go back to 0."""
+    d = pack_daemon(["--device", "sim", "--sim-latency-us", "2000"])
+    eq(d.get("/health").json().get("slots"), {"in_use": 0, "total": 4}, "idle slots")
+    eq(metric(d, "minicpmd_parallel"), 4, "--parallel's default on the sim")
+    long = {"model": PACK, "stream": True, "max_tokens": 4000,
+            "messages": [{"role": "user", "content": "go"}],
+            "logit_bias": {"1": -100, "1023": -100}}
+    a, _ = raw_stream(d, long)
+    wait_for(lambda: metric(d, "minicpmd_active_sequences") == 1, 20, "one sequence")
+    b, _ = raw_stream(d, long)
+    wait_for(lambda: metric(d, "minicpmd_active_sequences") == 2, 20, "two sequences")
+    eq(d.get("/health").json().get("slots"), {"in_use": 2, "total": 4}, "two slots in use")
+    a.close()
+    b.close()
+    wait_for(lambda: metric(d, "minicpmd_active_sequences") == 0, 20, "no sequence")
+    eq(d.get("/health").json().get("slots"), {"in_use": 0, "total": 4}, "slots freed")
+    check(metric(d, "minicpmd_batch_size_count") > 0, "steps counted")
+    # the sim interleaves: every step carries one sequence
+    eq(metric(d, 'minicpmd_batch_size_bucket{le="1"}'), metric(d, "minicpmd_batch_size_count"),
+       "interleaved steps")
+    eq(metric(d, "minicpmd_queue_wait_seconds_count"), 2, "requests that left the queue")
+    stop_ok(d)
+
+
+@test
 def queue_full_gives_503():
     """No timing: the running request hangs in the sim's first runlist (more than
     one layer, over --sim-runlist-limit 1, and a 10-minute timeout) until its client
