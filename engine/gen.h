@@ -2,10 +2,11 @@
  * and the counters of the worker that runs them. The public half of
  * engine/worker/worker.h (the worker itself is opened by eng_engine_open()).
  *
- * The worker runs one request at a time from a bounded FIFO, on the one thread
- * that owns the device: prefill in chunks of layer-chunked runlists, then one
- * step per generated token (sample, detokenize, stop ids, stop strings,
- * max_tokens, the context). It reports through one callback, on the worker
+ * The worker runs up to --parallel requests at once from a bounded FIFO, on the
+ * one thread that owns the device: prefill in chunks of layer-chunked runlists,
+ * then one step per generated token (sample, detokenize, stop ids, stop strings,
+ * max_tokens, the context); the running requests share each step (one batch on
+ * the cpu, interleaved on the NPU). It reports through one callback, on the worker
  * thread: TOKEN events, then exactly one final event (DONE or ERROR) for every
  * accepted request — also when it was cancelled, and also at shutdown. A device
  * fault ends the request in ERROR with a struct eng_device_error (engine/ert.h)

@@ -250,3 +250,49 @@ MCD_TEST(batch, sim_fault_replayed_leaves_both_unchanged)
 {
     fault_one_of_two(ENG_KMODE_AUTO, "phase=decode,token=5,state=TIMEOUT", false);
 }
+
+/* Three requests with the same prompt at once (`n` = 3 choices): the first
+ * computes the prompt, the others copy its KV (cached_tokens = all but the last
+ * prompt position), and each gives the tokens it gives alone. */
+static void shared_prompt(const char *device)
+{
+    enum { N = 3, MAX = 16 };
+    struct rec *ref[1], *got[N];
+    references(device, ref, 1, MAX);
+    struct fx *f = fx_new(&(struct setup){.device = device, .kmode = ENG_KMODE_ALL,
+                                          .parallel = 4});
+    eng_gen_req *q[N];
+    for (int i = 0; i < N; i++) {
+        got[i] = rec_new();
+        struct gen_args a = args_for(0, MAX, false);
+        q[i] = make_req(f, got[i], &a);
+    }
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(eng_worker_submit(f->w, q[i]), 0);
+    int n_shared = 0;
+    for (int i = 0; i < N; i++) {
+        wait_final(got[i]);
+        eng_gen_req_free(q[i]);
+        assert_same_tokens(got[i], ref[0], "a choice");
+        assert_same_logprobs(got[i], ref[0], "a choice");
+        n_shared += got[i]->done.cached_tokens == n_prompts[0] - 1;
+    }
+    struct eng_worker_stats st = idle_stats(f);
+    cr_assert_geq(n_shared, N - 1, "the prompt was computed once (%d of %d copied it)",
+                  n_shared, N);
+    cr_assert_geq(st.tokens_cached, (uint64_t)(N - 1) * (uint64_t)(n_prompts[0] - 1));
+    for (int i = 0; i < N; i++)
+        rec_free(got[i]);
+    rec_free(ref[0]);
+    fx_free(f);
+}
+
+MCD_TEST(batch, cpu_same_prompt_is_prefilled_once)
+{
+    shared_prompt("cpu");
+}
+
+MCD_TEST(batch, sim_same_prompt_is_prefilled_once)
+{
+    shared_prompt("sim");
+}

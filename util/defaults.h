@@ -14,6 +14,10 @@
  * beside it wait one such chunk per token, not the whole prefill. */
 #define UT_STEP_PREFILL_DEFAULT 128
 
+/* Choices one chat completion may ask for (`n`; OpenAI allows 128): each is a
+ * sequence of the worker, sharing the prompt's KV. */
+#define UT_MAX_CHOICES 8
+
 /* Prompt tokens per prefill step (--prefill-chunk), 1 .. UT_MAX_BATCH. */
 #define UT_PREFILL_CHUNK_DEFAULT 512
 

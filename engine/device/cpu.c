@@ -112,6 +112,12 @@ static void cpu_seq_truncate(void *ctx, eng_device_seq *s, int n)
     eng_seq_truncate(s->seq, n);
 }
 
+static int cpu_seq_copy(void *ctx, eng_device_seq *dst, eng_device_seq *src, int n)
+{
+    (void)ctx;
+    return eng_seq_copy_prefix(dst->seq, src->seq, n);
+}
+
 static void fail(struct eng_run_result *out, eng_device_seq *s, int cmd, int layer)
 {
     out->state = ENG_ERT_ERROR;
@@ -245,6 +251,7 @@ static const struct eng_device_i cpu_iface = {
     .seq_truncate = cpu_seq_truncate,
     .run_runlist = cpu_run_runlist,
     .run_runlist_multi = cpu_run_runlist_multi,
+    .seq_copy = cpu_seq_copy,
     .reset = NULL,          /* nothing can hang or be lost */
     .close = cpu_close,
 };

@@ -170,6 +170,18 @@ int eng_device_run_runlist(struct eng_device *d, eng_device_seq *seq, const stru
     return run_result(rl, t0, out);
 }
 
+bool eng_device_can_copy(const struct eng_device *d)
+{
+    assert(d);
+    return d->iface->seq_copy != NULL;
+}
+
+int eng_device_seq_copy(struct eng_device *d, eng_device_seq *dst, eng_device_seq *src, int n)
+{
+    assert(d && dst && src && n >= 0);
+    return d->iface->seq_copy ? d->iface->seq_copy(d->context, dst, src, n) : -ENOTSUP;
+}
+
 bool eng_device_can_batch(const struct eng_device *d)
 {
     assert(d);

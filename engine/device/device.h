@@ -116,6 +116,9 @@ struct eng_device_i {
     void (*run_runlist_multi)(void *ctx, eng_device_seq *const *seqs,
                               const struct eng_runlist *rl, const struct eng_batch *b, int n,
                               struct eng_run_result *out);
+    /* (optional) dst's KV becomes src's first n positions (src holds at least n):
+     * a prompt several requests share is computed once. */
+    int (*seq_copy)(void *ctx, eng_device_seq *dst, eng_device_seq *src, int n);
     /* Bring the device back after a failed runlist. (optional: nothing to do) */
     int (*reset)(void *ctx, char *err, size_t errlen);
     /* Free everything; sequences must have ended. */
@@ -160,6 +163,11 @@ void eng_device_seq_truncate(struct eng_device *d, eng_device_seq *seq, int n);
  * failed a runlist may refuse to run another until eng_device_reset(). */
 int eng_device_run_runlist(struct eng_device *d, eng_device_seq *seq, const struct eng_runlist *rl,
                            const struct eng_batch *b, struct eng_run_result *out);
+
+/* Copy src's first n KV positions into dst (seq_copy). Returns 0, -ENOTSUP (the
+ * device cannot) or -EINVAL. */
+bool eng_device_can_copy(const struct eng_device *d);
+int eng_device_seq_copy(struct eng_device *d, eng_device_seq *dst, eng_device_seq *src, int n);
 
 /* Can the device run several sequences' batches as one (run_runlist_multi)? */
 bool eng_device_can_batch(const struct eng_device *d);

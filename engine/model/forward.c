@@ -154,6 +154,30 @@ void eng_seq_truncate(eng_seq *s, int n)
     s->next_layer = 0;
 }
 
+int eng_seq_copy_prefix(eng_seq *dst, const eng_seq *src, int n)
+{
+    const struct eng_hparams *hp = &dst->m->info.hp;
+    if (dst == src || dst->m != src->m || dst->n_ctx != src->n_ctx || n < 0 || n > src->len ||
+        dst->n || src->n)
+        return seq_fail(dst, -EINVAL, "cannot copy %d positions of a sequence of %d", n,
+                        src->len);
+    int nkv = dst->m->info.n_kv_real, hd = hp->head_dim;
+    size_t kblk = (size_t)(n + ENG_ATTN_KBLOCK - 1) / ENG_ATTN_KBLOCK;
+    for (int l = 0; l < hp->n_layers; l++) {
+        size_t v = (size_t)l * dst->n_ctx * dst->kvd;
+        memcpy(dst->vc + v, src->vc + v, (size_t)n * dst->kvd * sizeof *dst->vc);
+        for (int u = 0; u < nkv; u++) {
+            /* whole K blocks: the positions past n in the last one are never read
+             * before the sequence writes them */
+            size_t k = ((size_t)l * nkv + (size_t)u) * dst->kblocks * ENG_ATTN_KBLOCK * hd;
+            memcpy(dst->kc + k, src->kc + k, kblk * ENG_ATTN_KBLOCK * hd * sizeof *dst->kc);
+        }
+    }
+    dst->len = n;
+    dst->next_layer = 0;
+    return 0;
+}
+
 /* Buffers for a batch of n positions, grown in powers of two. */
 static int reserve(eng_seq *s, int n)
 {

@@ -89,6 +89,12 @@ const char *eng_seq_error(const eng_seq *s);
 int eng_seqs_embed(eng_seq *const *seqs, const int32_t *const *tokens, const int *n, int nseq);
 int eng_seqs_head(eng_seq *lead, float *const *logits);
 
+/* dst's KV cache becomes src's first n positions (bytes copied: the same as
+ * computing them), dst's length n: requests with the same prompt (`n` > 1
+ * choices) prefill it once. Same model and context; no batch in flight in
+ * either. Returns 0 or -EINVAL (reason in dst's error). */
+int eng_seq_copy_prefix(eng_seq *dst, const eng_seq *src, int n);
+
 /* embed + all layers + head in one call. */
 int eng_seq_forward(eng_seq *s, const int32_t *tokens, int n, float *logits);
 

@@ -68,6 +68,19 @@ static bool plan_item(struct gen *g, int *budget, struct item *it)
 {
     struct eng_worker *w = g->w;
     *it = (struct item){.g = g};
+    if (g->follow) {   /* the same prompt as a running sequence: copy its KV */
+        struct gen *a = g->follow;
+        if (a->n_fed < g->share)
+            return false;   /* until its prefill got that far */
+        g->follow = NULL;
+        if (g->n_fed < g->share &&
+            eng_device_seq_copy(w->dev, g->slot->seq, a->slot->seq, g->share) == 0) {
+            atomic_fetch_add_explicit(&w->m.tokens_cached, (uint_fast64_t)(g->share - g->n_fed),
+                                      memory_order_relaxed);
+            g->n_cached = g->share;
+            g->n_fed = g->share;
+        }
+    }
     if (g->n_fed < g->n_prompt) {
         struct eng_prefill_chunk *pc = &it->pc;
         eng_plan_prefill_chunk(g->n_prompt, w->prefill_chunk, g->n_fed / w->prefill_chunk, pc);
@@ -223,6 +236,9 @@ static void reap(struct eng_worker *w)
             w->active[kept++] = g;
             continue;
         }
+        for (int j = 0; j < w->n_active; j++)
+            if (w->active[j]->follow == g)
+                w->active[j]->follow = NULL;   /* it prefills on its own */
         eng_gen_req *r = g->r;
         eng__gen_finish(g);
         pthread_mutex_lock(&w->mu);
@@ -285,6 +301,25 @@ static void step(struct eng_worker *w)
     reap(w);
 }
 
+/* A running sequence whose ids begin with g's prompt but its last token (`n` > 1
+ * choices, or the same prompt sent twice): g copies that prefix of its KV once the
+ * leader has computed it, instead of computing it again. */
+static void find_leader(struct eng_worker *w, struct gen *g)
+{
+    int share = g->n_prompt - 1;
+    if (!eng_device_can_copy(w->dev) || g->n_cached >= share)
+        return;
+    for (int i = 0; i < w->n_active; i++) {
+        struct gen *a = w->active[i];
+        if (!a->ended && a->n_prompt + a->n_gen >= share &&
+            memcmp(a->ids, g->ids, (size_t)share * sizeof *g->ids) == 0) {
+            g->follow = a;
+            g->share = share;
+            return;
+        }
+    }
+}
+
 /* Take queued requests while there is room; false when the worker should exit
  * (stopping, and nothing queued or running). Waits while there is nothing to do. */
 static bool admit(struct eng_worker *w)
@@ -329,6 +364,7 @@ static bool admit(struct eng_worker *w)
         if (w->stopping)
             atomic_store(&r->cancel, true);
         pthread_mutex_unlock(&w->mu);
+        find_leader(w, g);
         w->active[w->n_active++] = g;
         atomic_store_explicit(&w->m.active, w->n_active, memory_order_relaxed);
         atomic_store(&w->m.busy, true);

@@ -84,6 +84,9 @@ struct gen {
     bool ended;                  /* its final event was emitted */
     bool succeeded;              /* ended in stop or length */
     int attempts;                /* 1 + replays after its own faults */
+    struct gen *follow;          /* a running sequence with the same prompt: wait for
+                                    its prefill and copy `share` positions of its KV */
+    int share;
     int64_t t_start, t_prompt_done;
     struct eng_gen_timings tm;
     /* the last failed runlist */

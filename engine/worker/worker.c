@@ -1,19 +1,19 @@
-/* The worker: generation requests, the bounded FIFO, the thread that owns the
- * device, and the counters /metrics reads. Running one request on the device is
- * gen.c's story.
+/* The worker: generation requests, the bounded FIFO, and the counters /metrics
+ * reads. The thread that owns the device and its steps are sched.c's story, one
+ * running request gen.c's.
  *
  * Life of a request:
  *
  *   eng_gen_req_new        refs 1 (the caller's)
  *   eng_worker_submit      refs 2; queued, or -EBUSY / -ESHUTDOWN at once
- *   (cancelled in the queue: eng__worker_sweep ends it between two runlists of
- *    the running request, or the thread finds it cancelled when it dequeues it)
- *   the thread runs it     TOKEN events …, then exactly one DONE or ERROR
+ *   (cancelled in the queue: eng__worker_sweep ends it between two runlists, or
+ *    the thread finds it cancelled when it dequeues it)
+ *   a running sequence     TOKEN events …, then exactly one DONE or ERROR
  *   after the final event  the worker drops its reference
  *
  * Shutdown (eng_worker_free) marks the worker stopping so that no request is
- * accepted any more, cancels everything queued and the running request (whose
- * device wait polls the request's cancel flag), and lets the thread drain the
+ * accepted any more, cancels everything queued and running (a device wait polls
+ * the request's cancel flag), and lets the thread drain the
  * queue: each request it dequeues is cancelled and ends at once with DONE
  * "cancelled". Every final event is thus emitted on the worker thread, in order. */
 #include "engine/err.h"

@@ -180,7 +180,7 @@ def bad_requests_name_param():
         (dict(temperature=3), "temperature"),
         (dict(top_p=0), "top_p"),
         (dict(max_tokens=0), "max_tokens"),
-        (dict(n=2), "n"),
+        (dict(n=9), "n"),   # 8 at most
         (dict(stop=["s%d" % i for i in range(17)]), "stop"),  # 16 at most
         (dict(messages=[]), "messages"),
         (dict(messages=[{"role": "wizard", "content": "x"}]), "messages[0].role"),
