@@ -16,7 +16,6 @@ on a wrong text or a busy worker. Not part of the test suite (it takes minutes);
 the machine may be shared, so the times it prints are indicative only. Standard
 library only."""
 
-import argparse
 import json
 import os
 import random
@@ -26,7 +25,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from parallel import PROMPTS, free_port, model_id, start, stop_ids  # noqa: E402
+from parallel import (PROMPTS, daemon_args, free_port, model_id, start,  # noqa: E402
+                      stop_ids)
 
 
 def proc_stats(pid):
@@ -91,15 +91,9 @@ def client(port, model, prompt, tokens, ban, hangup_after, out, i):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--binary", default="build/minicpmd")
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--parallel", type=int, default=4)
+    ap = daemon_args(__doc__, 64)
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     args.extra = ["--queue-size", str(args.clients)]

@@ -129,15 +129,21 @@ def run_streams(port, prompts, tokens, ban):
     return out
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def daemon_args(doc, tokens):
+    """The options of the daemon these tools start (start() reads them)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--binary", default="build/minicpmd")
     ap.add_argument("--model", required=True)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--streams", type=int, default=4)
     ap.add_argument("--parallel", type=int, default=4)
-    ap.add_argument("--tokens", type=int, default=48)
+    ap.add_argument("--tokens", type=int, default=tokens)
+    return ap
+
+
+def main():
+    ap = daemon_args(__doc__, 48)
+    ap.add_argument("--streams", type=int, default=4)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("extra", nargs="*", help="more daemon flags (after --)")
     args = ap.parse_args()
