@@ -229,6 +229,10 @@ static void on_fault(struct eng_worker *w, struct item *it, int n)
 /* Drop the sequences that ended (in order), freeing their slots. */
 static void reap(struct eng_worker *w)
 {
+    for (int i = 0; i < w->n_active; i++)
+        for (int j = 0; j < w->n_active && w->active[i]->ended; j++)
+            if (w->active[j]->follow == w->active[i])
+                w->active[j]->follow = NULL;   /* it prefills on its own */
     int kept = 0;
     for (int i = 0; i < w->n_active; i++) {
         struct gen *g = w->active[i];
@@ -236,9 +240,6 @@ static void reap(struct eng_worker *w)
             w->active[kept++] = g;
             continue;
         }
-        for (int j = 0; j < w->n_active; j++)
-            if (w->active[j]->follow == g)
-                w->active[j]->follow = NULL;   /* it prefills on its own */
         eng_gen_req *r = g->r;
         eng__gen_finish(g);
         pthread_mutex_lock(&w->mu);
