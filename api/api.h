@@ -72,6 +72,9 @@ struct api_health {
     const char *detail;         /* e.g. the load error, or NULL */
     bool device_down;           /* "device_state":"down": the last device reset failed
                                  * (still 200: each request tries a reset first) */
+    bool has_slots;             /* "slots": {"in_use", "total"} (a running worker) */
+    int slots_in_use, slots_total; /* sequences generating / --parallel (llama.cpp's
+                                      /health slots_idle, slots_processing) */
 };
 
 int api_health_status(enum api_health_state s);

@@ -428,15 +428,16 @@ static int check_lengths(const json_t *body, struct api_chat_req *r,
     r->max_tokens = m > INT32_MAX ? INT32_MAX : (int32_t)m;
 
     const json_t *n = api__opt(body, "n");
+    r->n = 1;
     if (n) {
         long long k = 0;
         if (get_integer(body, "n", LLONG_MIN, LLONG_MAX, &k, NULL, bad))
             return -EINVAL;
-        if (k != 1)
-            return api__refuse(bad, "n", "Invalid 'n': minicpmd generates one choice per request, "
-                                         "so 'n' must be 1 (got %lld). Send separate requests for "
-                                         "more choices.",
-                               k);
+        if (k < 1 || k > UT_MAX_CHOICES)
+            return api__refuse(bad, "n", "Invalid 'n': minicpmd generates 1 to %d choices per "
+                                         "request (got %lld).",
+                               UT_MAX_CHOICES, k);
+        r->n = (int)k;
     }
     return 0;
 }

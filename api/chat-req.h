@@ -79,6 +79,8 @@ struct api_chat_req {
      * once: of "7" and "007" the later one counts). */
     struct eng_sampling sampling;
     bool has_seed;              /* false: sampling.seed is a fresh random number */
+    int n;                      /* choices, 1 .. UT_MAX_CHOICES; choice i samples with
+                                   sampling.seed + i */
 
     struct api_chat_stop stop[UT_MAX_STOP];
     int n_stop;

@@ -32,6 +32,7 @@ struct api_chat_ident {
     char fingerprint[96];       /* system_fingerprint: "minicpmd-<version>-<device>" */
     bool include_usage;         /* stream_options.include_usage: every chunk but the
                                  * usage one carries "usage": null, as OpenAI's do */
+    int index;                  /* the choice's index (`n` > 1), 0 by default */
 };
 
 /* Fresh id, created = now. `version` e.g. MINICPMD_VERSION, `device` the serving
@@ -113,6 +114,17 @@ struct api_chat_result {
 
 /* The chat.completion object / its compact JSON text. */
 json_t *api_chat_completion_json(const struct api_chat_ident *ci, const struct api_chat_result *r);
+
+/* The answer of a request with n > 1 choices from the n bodies of its choices
+ * (api_chat_completion_body each, choice i with index i): one object, the first's
+ * head and timings, every choice in index order, usage as OpenAI counts it (the
+ * prompt once, completion and reasoning tokens summed). NULL: a body is not one,
+ * or out of memory. */
+char *api_chat_completion_merge(char *const *bodies, int n);
+
+/* The end of a stream of n > 1 choices, after each choice's final chunk: the usage
+ * chunk (with include_usage; `u` summed as above) and [DONE]. */
+char *api_chat_stream_tail(const struct api_chat_ident *ci, const struct api_usage *u);
 char *api_chat_completion_body(const struct api_chat_ident *ci, const struct api_chat_result *r);
 
 /* ---- streaming: chat.completion.chunk ----------------------------------------- *

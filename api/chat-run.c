@@ -147,6 +147,22 @@ static char *chat_error(void *ctx, const char *error_body)
 static const struct api_chat_format chat_format = {chat_start, chat_delta, chat_end, chat_body,
                                                    chat_error, NULL};
 
+/* A choice of several: its stream ends with its final chunk; the usage goes to ctx. */
+static char *choice_end(void *ctx, const struct api_chat_ident *id, enum api_finish_reason fr,
+                        const struct api_usage *u, const struct api_timings *t)
+{
+    *(struct api_usage *)ctx = *u;
+    return api_sse_event(api_chat_chunk_final(id, fr, t));
+}
+
+struct api_chat_format api_chat_choice_format(struct api_usage *usage)
+{
+    struct api_chat_format f = chat_format;
+    f.end = choice_end;
+    f.ctx = usage;
+    return f;
+}
+
 /* ---- out ------------------------------------------------------------------------- */
 
 static void put(struct api_chat_run *c, char *frame)

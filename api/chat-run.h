@@ -51,6 +51,11 @@ struct api_chat_sink {
     const struct api_chat_format *format;   /* NULL: OpenAI's chat.completion */
 };
 
+/* OpenAI's chat framing for one choice of a request with n > 1 (its ident's index
+ * set): its stream ends with its final chunk only, and the usage it reports is
+ * written to *usage; the caller sends api_chat_stream_tail after the last choice. */
+struct api_chat_format api_chat_choice_format(struct api_usage *usage);
+
 typedef struct api_chat_run api_chat_run;
 
 /* A run for `req` (borrowed: it must outlive the run), whose prompt ends inside

@@ -42,6 +42,9 @@ char *api_health_body(const struct api_health *h)
     set_opt_string(o, "detail", h->detail);
     if (h->device_down)
         json_object_set_new(o, "device_state", json_string("down"));
+    if (h->has_slots)
+        json_object_set_new(o, "slots", json_pack("{s:i, s:i}", "in_use", h->slots_in_use,
+                                                  "total", h->slots_total));
     return dump(o);
 }
 

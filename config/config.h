@@ -68,6 +68,8 @@ struct cfg {
     int threads;                /* compute threads; default = online cores */
     int ctx_size;               /* tokens; 0 = the model's own */
     int queue_size;             /* pending generation requests before 503 */
+    int parallel;               /* sequences the worker runs at once */
+    int step_prefill;           /* prompt tokens per step beside running decodes */
     char *state_dir;            /* where learned runlist K etc. are kept */
     int prefill_chunk;          /* prompt tokens per prefill step */
     bool prompt_cache;          /* reuse the KV cache of the previous request's prefix */

@@ -110,6 +110,14 @@ const struct cfg__entry cfg__table[CFG__N_ENTRIES] = {
                         .help = "context length in tokens; 0 = the model's own"),
     ROW(QUEUE_SIZE) = INT("queue-size", queue_size, 1, 4096, 16, .metavar = "N",
                           .help = "requests that may wait for the engine before 503"),
+    ROW(PARALLEL) = INT("parallel", parallel, 1, 4, UT_PARALLEL_DEFAULT, .metavar = "N",
+                        .help = "requests generated at once (cpu: one batch per step; "
+                                "sim/NPU: interleaved token by token); at most the "
+                                "device's KV slots"),
+    ROW(STEP_PREFILL) = INT("step-prefill", step_prefill, 1, UT_MAX_BATCH,
+                            UT_STEP_PREFILL_DEFAULT, .metavar = "N",
+                            .help = "prompt tokens one step may prefill beside running "
+                                    "decodes (a long prompt joins in such chunks)"),
     ROW(STATE_DIR) = STR("state-dir", state_dir, NULL, .def_fn = default_state_dir,
                          .metavar = "DIR", .help = "where learned settings are kept",
                          .def_help = "$STATE_DIRECTORY, $XDG_STATE_HOME/minicpmd, "

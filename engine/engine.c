@@ -186,6 +186,8 @@ int eng_engine_open(const char *dir, const struct eng_engine_opts *o, eng_worker
         goto fail;
     struct eng_worker_opts wo = {
         .queue_size = o->queue_size,
+        .parallel = o->parallel,
+        .step_prefill = o->step_prefill,
         .prefill_chunk = o->prefill_chunk,
         .prompt_cache = o->prompt_cache,
         .n_ctx = e->n_ctx,

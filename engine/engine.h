@@ -111,6 +111,8 @@ struct eng_engine_opts {
     enum eng_weights_place weights; /* cpu and sim devices */
     int n_ctx;                  /* positions a request may use; <= 0: the model's */
     int queue_size;             /* requests waiting, >= 1 */
+    int parallel;               /* sequences at once; <= 0: the worker's default */
+    int step_prefill;           /* prompt tokens per step beside decodes; <= 0: default */
     int prefill_chunk;          /* prompt tokens per chunk; <= 0: the worker's default */
     bool prompt_cache;
     enum eng_kmode kmode;

@@ -2,10 +2,11 @@
  * and the counters of the worker that runs them. The public half of
  * engine/worker/worker.h (the worker itself is opened by eng_engine_open()).
  *
- * The worker runs one request at a time from a bounded FIFO, on the one thread
- * that owns the device: prefill in chunks of layer-chunked runlists, then one
- * step per generated token (sample, detokenize, stop ids, stop strings,
- * max_tokens, the context). It reports through one callback, on the worker
+ * The worker runs up to --parallel requests at once from a bounded FIFO, on the
+ * one thread that owns the device: prefill in chunks of layer-chunked runlists,
+ * then one step per generated token (sample, detokenize, stop ids, stop strings,
+ * max_tokens, the context); the running requests share each step (one batch on
+ * the cpu, interleaved on the NPU). It reports through one callback, on the worker
  * thread: TOKEN events, then exactly one final event (DONE or ERROR) for every
  * accepted request — also when it was cancelled, and also at shutdown. A device
  * fault ends the request in ERROR with a struct eng_device_error (engine/ert.h)
@@ -198,6 +199,8 @@ struct eng_event {
     };
 };
 
+#define ENG_BATCH_BUCKETS 8
+
 /* Counters for /metrics and /health; a consistent-enough snapshot from any thread. */
 struct eng_worker_stats {
     int queue_depth;            /* requests waiting */
@@ -217,6 +220,14 @@ struct eng_worker_stats {
     uint64_t k_probes;          /* times auto tried a larger K again after good tokens */
     bool device_down;           /* the last device reset failed: requests are refused
                                    until one works (each request tries it first) */
+    int active;                 /* sequences running (KV slots in use) */
+    int parallel;               /* at most this many (--parallel, capped by the device) */
+    bool batched;               /* they run as one batch (cpu), else interleaved */
+    uint64_t steps;             /* scheduler steps that ran the device */
+    uint64_t batch_hist[ENG_BATCH_BUCKETS]; /* steps by sequences in them: [i] counts
+                                   steps of i+1 sequences (interleaved: all count 1) */
+    uint64_t queue_wait_us;     /* time requests waited in the queue, summed */
+    uint64_t queue_waits;       /* requests that left the queue */
 };
 
 /* Called on the worker thread, in order; must not block for long nor call into

@@ -14,7 +14,15 @@
  *
  * A client that leaves (hang-up watch, MHD, a full stream buffer) cancels the
  * engine's request; the chat is freed when the worker's final event has arrived
- * and the answer is done, whichever comes last (docs/style.md rule 10). */
+ * and the answer is done, whichever comes last (docs/style.md rule 10).
+ *
+ * `n` > 1 (OpenAI chat only): n engine requests, choice i sampling with seed + i,
+ * each with its own run whose ident carries index i. A stream interleaves their
+ * chunks as they come and ends, after every choice's final chunk, with one usage
+ * chunk (the prompt once, completions summed, as OpenAI counts) and [DONE]; a
+ * non-stream answer merges the n bodies (api_chat_completion_merge). The first
+ * choice that fails answers for the request and cancels the others. The worker
+ * shares the prompt's KV between them (engine/worker/sched.c). */
 #include "api/chat-req.h"
 #include "api/chat-run.h"
 #include "engine/engine.h"
@@ -35,6 +43,20 @@
 /* An SSE comment this often while nothing else was written (queue, prefill). */
 #define PING_MS 5000
 
+struct chat;
+
+/* One choice: an engine request and the run that answers it. */
+struct choice {
+    struct chat *c;
+    eng_gen_req *greq;
+    api_chat_run *run;
+    struct api_chat_ident ident;    /* the chat's, with this choice's index */
+    struct api_chat_format fmt;     /* n > 1: api_chat_choice_format */
+    struct api_usage usage;         /* n > 1: what its stream's end reported */
+    char *body;                     /* n > 1, non-stream: its answer */
+    bool submitted, final_seen;
+};
+
 struct chat {
     struct chat *prev, *next;    /* app's list of live chats */
     struct srv_app *app;
@@ -44,15 +66,18 @@ struct chat {
     struct eng_prompt prompt;
     int prompt_rc;
     char err[512], param[128];
-    eng_gen_req *greq;
-    bool in_pool, submitted, final_seen, gone;
+    bool in_pool, gone;
 
     struct api_chat_ident ident;
     struct srv_chat_surface surf;   /* zero: OpenAI chat */
     int32_t *raw_ids;               /* surf.ids copied */
-    api_chat_run *run;
     srv_stream *stream;
     uint64_t last_write;
+
+    int n;                          /* choices (1 unless OpenAI chat's n) */
+    struct choice ch[UT_MAX_CHOICES];
+    int n_final, n_answered;
+    bool failed;                    /* n > 1: a choice answered with its error */
 };
 
 static void chat_free(struct chat *c)
@@ -63,11 +88,14 @@ static void chat_free(struct chat *c)
         c->app->chats = c->next;
     if (c->next)
         c->next->prev = c->prev;
-    api_chat_run_free(c->run);
+    for (int i = 0; i < UT_MAX_CHOICES; i++) {
+        api_chat_run_free(c->ch[i].run);
+        eng_gen_req_free(c->ch[i].greq);
+        free(c->ch[i].body);
+    }
     if (c->surf.free_ctx && c->surf.format)
         c->surf.free_ctx(c->surf.format->ctx);
     free(c->raw_ids);
-    eng_gen_req_free(c->greq);
     eng_prompt_free(&c->prompt);
     api_chat_req_free(c->creq);
     free(c);
@@ -76,8 +104,11 @@ static void chat_free(struct chat *c)
 /* Free when nothing can still reach the chat. */
 static void chat_maybe_free(struct chat *c)
 {
-    if (c->in_pool || (c->submitted && !c->final_seen) || c->req || c->stream)
+    if (c->in_pool || c->req || c->stream)
         return;
+    for (int i = 0; i < c->n; i++)
+        if (c->ch[i].submitted && !c->ch[i].final_seen)
+            return;
     chat_free(c);
 }
 
@@ -115,6 +146,13 @@ static void stream_end(struct chat *c)
     }
 }
 
+static void cancel_all(struct chat *c)
+{
+    for (int i = 0; i < c->n; i++)
+        if (c->ch[i].greq)
+            eng_gen_req_cancel(c->ch[i].greq);
+}
+
 /* Write to the stream; a client that left or reads too slowly ends the request. */
 static void stream_put(struct chat *c, char *data)
 {
@@ -131,8 +169,7 @@ static void stream_put(struct chat *c, char *data)
         log_warn("%s: the client reads too slowly (%u bytes unread): ending the stream",
                  c->ident.id, STREAM_LIMIT);
     c->gone = true;
-    if (c->greq)
-        eng_gen_req_cancel(c->greq);
+    cancel_all(c);
     stream_end(c);
 }
 
@@ -140,8 +177,7 @@ static void on_cancel(void *ud)
 {
     struct chat *c = ud;
     c->gone = true;
-    if (c->greq)
-        eng_gen_req_cancel(c->greq);
+    cancel_all(c);
 }
 
 /* The run's sink: frames into the stream, the answer into the response. */
@@ -158,10 +194,57 @@ static void sink_answer(void *ctx, int status, char *body, const char *retry_aft
     answer(c, &resp);
 }
 
+/* n > 1: a choice's frames go into the stream, unless another one failed. */
+static void choice_frame(void *ctx, char *frame)
+{
+    struct choice *ch = ctx;
+    if (ch->c->failed) {
+        free(frame);
+        return;
+    }
+    stream_put(ch->c, frame);
+}
+
+/* n > 1: a choice's answer: the first failure answers for the request; else the
+ * bodies are merged once every choice has one. */
+static void choice_answer(void *ctx, int status, char *body, const char *retry_after)
+{
+    struct choice *ch = ctx;
+    struct chat *c = ch->c;
+    if (c->failed || !c->req) {
+        free(body);
+        return;
+    }
+    if (status != 200 || !body) {
+        c->failed = true;
+        cancel_all(c);
+        sink_answer(c, status, body, retry_after);
+        return;
+    }
+    ch->body = body;
+    if (++c->n_answered < c->n)
+        return;
+    char *bodies[UT_MAX_CHOICES];
+    for (int i = 0; i < c->n; i++)
+        bodies[i] = c->ch[i].body;
+    sink_answer(c, 200, api_chat_completion_merge(bodies, c->n), NULL);
+}
+
+/* n > 1: every choice ended well: one usage chunk for them all, then [DONE]. */
+static void stream_tail(struct chat *c)
+{
+    struct api_usage u = c->ch[0].usage;
+    for (int i = 1; i < c->n; i++) {
+        u.completion_tokens += c->ch[i].usage.completion_tokens;
+        u.reasoning_tokens += c->ch[i].usage.reasoning_tokens;
+    }
+    stream_put(c, api_chat_stream_tail(&c->ident, &u));
+}
+
 /* ---- events from the worker ------------------------------------------------------ */
 
 struct ev {
-    struct chat *c;
+    struct choice *ch;
     enum eng_event_kind kind;
     struct eng_token_event token;   /* text and top copied */
     char *text;
@@ -173,27 +256,39 @@ struct ev {
 static void on_event(void *data)
 {
     struct ev *ev = data;
-    struct chat *c = ev->c;
+    struct choice *ch = ev->ch;
+    struct chat *c = ch->c;
     switch (ev->kind) {
     case ENG_EVENT_TOKEN:
-        api_chat_run_token(c->run, &ev->token, ev->text);
+        api_chat_run_token(ch->run, &ev->token, ev->text);
         break;
     case ENG_EVENT_DONE:
-        c->final_seen = true;
-        api_chat_run_done(c->run, &ev->done, ev->text);
-        stream_end(c);
+        ch->final_seen = true;
+        c->n_final++;
+        api_chat_run_done(ch->run, &ev->done, ev->text);
+        if (c->n > 1 && c->n_final == c->n && !c->failed && c->stream)
+            stream_tail(c);
+        if (c->n_final == c->n)
+            stream_end(c);
         break;
     case ENG_EVENT_ERROR:
-        c->final_seen = true;
+        ch->final_seen = true;
+        c->n_final++;
         log_warn("%s failed after %d token(s): %s", c->ident.id, ev->error.completion_tokens,
                  ev->error.message);
-        api_chat_run_error(c->run, &ev->error);
+        if (!c->failed)
+            api_chat_run_error(ch->run, &ev->error);
+        if (c->n > 1 && !c->failed) {   /* it answered for the request */
+            c->failed = true;
+            cancel_all(c);
+        }
         stream_end(c);
         break;
     }
+    bool final = ev->kind != ENG_EVENT_TOKEN;
     free(ev->text);
     free(ev);
-    if (c->final_seen)
+    if (final)
         chat_maybe_free(c);
 }
 
@@ -204,7 +299,7 @@ void srv_chat_emit(void *ctx, const struct eng_event *e)
     struct ev *ev = calloc(1, sizeof *ev);
     if (!ev)
         goto lost;
-    ev->c = e->user;
+    ev->ch = e->user;
     ev->kind = e->kind;
     const char *text = NULL;
     size_t len = 0;
@@ -302,30 +397,43 @@ static void submit(struct chat *c)
         .top_logprobs = r->top_logprobs,
         .grammar = r->grammar,
         .grammar_after_think = c->prompt.thinking == ENG_THINKING_ON,
-        .user = c,
     };
     p.n_stop_ids = eng_engine_stop_ids(app->eng, &p.stop_ids);
     for (int i = 0; i < r->n_stop; i++) { /* whole, by length: the request copies them */
         p.stop[i] = r->stop[i].text;
         p.stop_len[i] = r->stop[i].len;
     }
-    char err[256];
-    if (eng_gen_req_new(&p, &c->greq, err, sizeof err) != 0) {
-        answer_error(c, API_ERR_BAD_REQUEST, NULL, err);
-        return;
+    for (int i = 0; i < c->n; i++) {
+        struct choice *ch = &c->ch[i];
+        char err[256];
+        p.user = ch;
+        p.sampling.seed = r->sampling.seed + (uint64_t)i;   /* reproducible with `seed` */
+        if (eng_gen_req_new(&p, &ch->greq, err, sizeof err) != 0) {
+            answer_error(c, API_ERR_BAD_REQUEST, NULL, err);
+            return;
+        }
+        struct api_chat_sink cs = sink;
+        if (c->n > 1) {
+            ch->fmt = api_chat_choice_format(&ch->usage);
+            cs = (struct api_chat_sink){choice_frame, choice_answer, ch, &ch->fmt};
+        }
+        ch->run = api_chat_run_new(r, &ch->ident, eng_engine_tokenizer(app->eng),
+                                   c->prompt.thinking == ENG_THINKING_ON, &cs);
+        if (!ch->run) {
+            answer_error(c, API_ERR_INTERNAL, NULL, "out of memory");
+            return;
+        }
     }
-    c->run = api_chat_run_new(r, &c->ident, eng_engine_tokenizer(app->eng),
-                              c->prompt.thinking == ENG_THINKING_ON, &sink);
-    if (!c->run) {
-        answer_error(c, API_ERR_INTERNAL, NULL, "out of memory");
-        return;
+    for (int i = 0; i < c->n; i++) {
+        int rc = eng_engine_submit(app->eng, c->ch[i].greq);
+        if (rc != 0) {  /* the ones already taken end cancelled, unheard */
+            c->failed = true;
+            cancel_all(c);
+            api_chat_refuse(r, rc, app->cfg->queue_size, n_ctx, n_prompt, &sink);
+            return;
+        }
+        c->ch[i].submitted = true;
     }
-    int rc = eng_engine_submit(app->eng, c->greq);
-    if (rc != 0) {
-        api_chat_refuse(r, rc, app->cfg->queue_size, n_ctx, n_prompt, &sink);
-        return;
-    }
-    c->submitted = true;
     if (r->stream) {
         c->stream = srv_request_stream(c->req, 200,
                                        c->surf.content_type ? c->surf.content_type
@@ -333,11 +441,12 @@ static void submit(struct chat *c)
                                        STREAM_LIMIT);
         c->req = NULL; /* answered by the stream from now on */
         if (!c->stream) {
-            eng_gen_req_cancel(c->greq);
+            cancel_all(c);
             return;
         }
     }
-    api_chat_run_start(c->run);
+    for (int i = 0; i < c->n; i++)
+        api_chat_run_start(c->ch[i].run);
 }
 
 static void on_prompt_done(uv_work_t *w, int status)
@@ -405,6 +514,12 @@ int srv_chat_begin(srv_request *req, struct srv_response *resp, struct api_chat_
     c->last_write = uv_now(app->loop);
     api_chat_ident_init(&c->ident, app->model->id, MINICPMD_VERSION, app->device,
                         creq->include_usage);
+    c->n = surf || creq->n < 1 ? 1 : creq->n;   /* `n` is OpenAI chat's */
+    for (int i = 0; i < c->n; i++) {
+        c->ch[i].c = c;
+        c->ch[i].ident = c->ident;
+        c->ch[i].ident.index = i;
+    }
     c->next = app->chats;
     if (app->chats)
         app->chats->prev = c;

@@ -96,6 +96,8 @@ void srv_engine_opts(const struct cfg *cfg, const char *device, struct eng_engin
                                                       : ENG_WEIGHTS_PLACE_AUTO,
         .n_ctx = cfg->ctx_size,
         .queue_size = cfg->queue_size,
+        .parallel = cfg->parallel,
+        .step_prefill = cfg->step_prefill,
         .prefill_chunk = cfg->prefill_chunk,
         .prompt_cache = cfg->prompt_cache,
         .kmode = cfg->runlist_layers == CFG_RUNLIST_AUTO  ? ENG_KMODE_AUTO

@@ -119,6 +119,9 @@ static int h_health(srv_request *req, struct srv_response *resp)
     if (app->eng && h.state == API_HEALTH_OK) {
         struct eng_worker_stats ws;
         eng_engine_get_stats(app->eng, &ws);
+        h.has_slots = true;
+        h.slots_in_use = ws.active;
+        h.slots_total = ws.parallel;
         if ((h.device_down = ws.device_down))
             h.detail = "the last device reset failed: each request tries a reset first and "
                        "is refused with a 500 device_error while it fails";

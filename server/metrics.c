@@ -125,6 +125,37 @@ static void render_worker(ut_buf *b, const struct eng_worker_stats *w)
                "# TYPE minicpmd_model_layers gauge\n"
                "minicpmd_model_layers %d\n",
             w->busy ? 1 : 0, w->queue_size, w->current_k, w->n_layers);
+    ut_buf_printf(b, "# HELP minicpmd_active_sequences Requests generating at once (KV slots in "
+               "use).\n"
+               "# TYPE minicpmd_active_sequences gauge\n"
+               "minicpmd_active_sequences %d\n"
+               "# HELP minicpmd_parallel Requests that may generate at once (--parallel, capped "
+               "by the device).\n"
+               "# TYPE minicpmd_parallel gauge\n"
+               "minicpmd_parallel %d\n",
+            w->active, w->parallel);
+    /* Sequences per device step: one batch on the cpu; 1 when interleaved. */
+    ut_buf_printf(b, "# HELP minicpmd_batch_size Sequences per device step.\n"
+               "# TYPE minicpmd_batch_size histogram\n");
+    uint64_t cum = 0;
+    double sum = 0;
+    for (int i = 0; i < ENG_BATCH_BUCKETS; i++) {
+        cum += w->batch_hist[i];
+        sum += (double)(i + 1) * (double)w->batch_hist[i];
+        if (i + 1 < ENG_BATCH_BUCKETS)
+            ut_buf_printf(b, "minicpmd_batch_size_bucket{le=\"%d\"} %llu\n", i + 1,
+                          (unsigned long long)cum);
+    }
+    ut_buf_printf(b, "minicpmd_batch_size_bucket{le=\"+Inf\"} %llu\n"
+               "minicpmd_batch_size_sum %.0f\n"
+               "minicpmd_batch_size_count %llu\n",
+            (unsigned long long)cum, sum, (unsigned long long)cum);
+    ut_buf_printf(b, "# HELP minicpmd_queue_wait_seconds Time generation requests waited in the "
+               "queue for a slot.\n"
+               "# TYPE minicpmd_queue_wait_seconds summary\n"
+               "minicpmd_queue_wait_seconds_sum %.6f\n"
+               "minicpmd_queue_wait_seconds_count %llu\n",
+            (double)w->queue_wait_us / 1e6, (unsigned long long)w->queue_waits);
     ut_buf_printf(b, "# HELP minicpmd_generation_requests_total Generation requests by outcome.\n"
                "# TYPE minicpmd_generation_requests_total counter\n");
     const struct { const char *name; uint64_t v; } out[] = {

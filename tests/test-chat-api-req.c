@@ -421,11 +421,19 @@ MCD_TEST(chat_req, reasoning_effort_and_default)
     json_decref(j);
 }
 
-MCD_TEST(chat_req, n_must_be_one)
+MCD_TEST(chat_req, n_choices_1_to_8)
 {
-    api_chat_req_free(ok(BODY(",\"n\":1")));
+    struct api_chat_req *r = ok(BODY(""));
+    cr_assert_eq(r->n, 1, "n defaults to 1");
+    api_chat_req_free(r);
     api_chat_req_free(ok(BODY(",\"n\":1.0")));
-    bad_as(BODY(",\"n\":2"), "n", "'n' must be 1 (got 2)");
+    r = ok(BODY(",\"n\":3"));
+    cr_assert_eq(r->n, 3);
+    api_chat_req_free(r);
+    r = ok(BODY(",\"n\":8"));
+    cr_assert_eq(r->n, UT_MAX_CHOICES);
+    api_chat_req_free(r);
+    bad_as(BODY(",\"n\":9"), "n", "1 to 8 choices per request (got 9)");
     bad(BODY(",\"n\":0"), "n");
     bad(BODY(",\"n\":128"), "n");
     bad_as(BODY(",\"n\":\"1\""), "n", "expected an integer");

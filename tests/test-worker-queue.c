@@ -26,8 +26,9 @@
 MCD_TEST(worker, full_queue_fails_fast_and_order_is_fifo)
 {
     enum { N = 3 };
+    /* one sequence at a time: the queue alone decides the order */
     struct setup s = {.device = "sim", .latency_us = 200, .kmode = ENG_KMODE_ALL,
-                      .queue_size = N};
+                      .queue_size = N, .parallel = 1};
     struct fx *f = fx_new(&s);
     struct rec *busy = rec_new();
     cr_assert_eq(submit(f, busy, &(struct gen_args){.max_tokens = 120, .n_stop_ids = 0,
@@ -76,7 +77,9 @@ MCD_TEST(worker, full_queue_fails_fast_and_order_is_fifo)
 
 MCD_TEST(worker, cancel_queued_and_mid_decode)
 {
-    struct setup s = {.device = "sim", .latency_us = 300, .kmode = ENG_KMODE_FIXED, .k = 11};
+    /* one sequence at a time, so that b waits in the queue */
+    struct setup s = {.device = "sim", .latency_us = 300, .kmode = ENG_KMODE_FIXED, .k = 11,
+                      .parallel = 1};
     struct fx *f = fx_new(&s);
     struct rec *a = rec_new(), *b = rec_new(), *c = rec_new();
     const int32_t no_stop[] = {-1};

@@ -157,6 +157,8 @@ struct setup {
     int n_ctx;                   /* 0: 128 */
     const char *state_dir;
     bool prompt_cache;
+    int parallel;                /* 0: the worker's default */
+    int step_prefill;            /* 0: the worker's default */
 };
 
 static inline void on_log(void *ctx, enum eng_log_level level, const char *msg)
@@ -202,6 +204,8 @@ static inline struct fx *fx_new(const struct setup *s)
         .max_retries = -1,
         .state_dir = s->state_dir,
         .prompt_cache = s->prompt_cache,
+        .parallel = s->parallel,
+        .step_prefill = s->step_prefill,
         .model_id = "deep-7",
         .log = on_log,
         .log_ctx = f,

@@ -6,6 +6,18 @@
 /* Positions one forward pass takes at most: the bound of a prefill chunk. */
 #define UT_MAX_BATCH 512
 
+/* Sequences the worker runs at once (--parallel): the cpu and sim devices keep
+ * 4 KV slots. */
+#define UT_PARALLEL_DEFAULT 4
+/* Prompt tokens one scheduler step may carry beside running decodes
+ * (--step-prefill): a long prompt joins in chunks of this many, so the streams
+ * beside it wait one such chunk per token, not the whole prefill. */
+#define UT_STEP_PREFILL_DEFAULT 128
+
+/* Choices one chat completion may ask for (`n`; OpenAI allows 128): each is a
+ * sequence of the worker, sharing the prompt's KV. */
+#define UT_MAX_CHOICES 8
+
 /* Prompt tokens per prefill step (--prefill-chunk), 1 .. UT_MAX_BATCH. */
 #define UT_PREFILL_CHUNK_DEFAULT 512
 

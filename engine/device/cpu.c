@@ -112,6 +112,12 @@ static void cpu_seq_truncate(void *ctx, eng_device_seq *s, int n)
     eng_seq_truncate(s->seq, n);
 }
 
+static int cpu_seq_copy(void *ctx, eng_device_seq *dst, eng_device_seq *src, int n)
+{
+    (void)ctx;
+    return eng_seq_copy_prefix(dst->seq, src->seq, n);
+}
+
 static void fail(struct eng_run_result *out, eng_device_seq *s, int cmd, int layer)
 {
     out->state = ENG_ERT_ERROR;
@@ -170,6 +176,62 @@ static void cpu_run_runlist(void *ctx, eng_device_seq *s, const struct eng_runli
     out->state = ENG_ERT_COMPLETED;
 }
 
+/* Several sequences as one batch: the first leads (holds the batch buffers). */
+static void cpu_run_runlist_multi(void *ctx, eng_device_seq *const *ds,
+                                  const struct eng_runlist *rl, const struct eng_batch *b, int n,
+                                  struct eng_run_result *out)
+{
+    struct cpu_dev *c = ctx;
+    eng_seq *seqs[ENG_MAX_BATCH];
+    const int32_t *tokens[ENG_MAX_BATCH];
+    int ns[ENG_MAX_BATCH];
+    float *logits[ENG_MAX_BATCH];
+    if (n > ENG_MAX_BATCH) {
+        out->state = ENG_ERT_ERROR;
+        out->failed_cmd = 0;
+        snprintf(out->message, sizeof out->message, "a batch of %d sequences", n);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        seqs[i] = ds[i]->seq;
+        tokens[i] = b[i].tokens;
+        ns[i] = b[i].n_tokens;
+        logits[i] = b[i].logits;
+        if (i > 0)   /* only the leader keeps batch buffers */
+            eng_seq_trim(seqs[i]);
+    }
+    eng_device_seq *lead = ds[0];
+    if (c->last && c->last != lead)
+        eng_seq_trim(c->last->seq);
+    c->last = lead;
+    const struct eng_cmd *cmds = rl->cmds;
+    for (int i = 0; i < rl->n_cmds;) {
+        int rc = 0, j = i + 1;
+        switch (cmds[i].kind) {
+        case ENG_CMD_EMBED:
+            rc = eng_seqs_embed(seqs, tokens, ns, n);
+            break;
+        case ENG_CMD_LAYER:
+            while (j < rl->n_cmds && cmds[j].kind == ENG_CMD_LAYER &&
+                   cmds[j].layer == cmds[j - 1].layer + 1)
+                j++;
+            rc = eng_seq_layers(lead->seq, cmds[i].layer, cmds[j - 1].layer + 1);
+            break;
+        case ENG_CMD_HEAD:
+            rc = eng_seqs_head(lead->seq, logits);
+            break;
+        default:
+            rc = -EINVAL;
+        }
+        if (rc) {
+            fail(out, lead, i, cmds[i].kind == ENG_CMD_LAYER ? cmds[i].layer : -1);
+            return;
+        }
+        i = j;
+    }
+    out->state = ENG_ERT_COMPLETED;
+}
+
 static void cpu_close(void *ctx)
 {
     struct cpu_dev *c = ctx;
@@ -188,6 +250,8 @@ static const struct eng_device_i cpu_iface = {
     .seq_end = cpu_seq_end,
     .seq_truncate = cpu_seq_truncate,
     .run_runlist = cpu_run_runlist,
+    .run_runlist_multi = cpu_run_runlist_multi,
+    .seq_copy = cpu_seq_copy,
     .reset = NULL,          /* nothing can hang or be lost */
     .close = cpu_close,
 };

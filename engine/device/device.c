@@ -139,15 +139,9 @@ void eng_device_seq_truncate(struct eng_device *d, eng_device_seq *seq, int n)
     d->iface->seq_truncate(d->context, seq, n);
 }
 
-int eng_device_run_runlist(struct eng_device *d, eng_device_seq *seq, const struct eng_runlist *rl,
-                           const struct eng_batch *b, struct eng_run_result *out)
+/* The wrappers' common end: the time, and a failure's command, layer and message. */
+static int run_result(const struct eng_runlist *rl, int64_t t0, struct eng_run_result *out)
 {
-    assert(d && seq && rl && b && out);
-    assert(rl->n_cmds >= 1 && b->n_tokens >= 1 && b->tokens);
-    *out = (struct eng_run_result){.state = ENG_ERT_COMPLETED, .failed_cmd = -1,
-                                   .failed_layer = -1};
-    int64_t t0 = ut_now_us();
-    d->iface->run_runlist(d->context, seq, rl, b, out);
     out->elapsed_us = ut_now_us() - t0;
     if (eng_ert_is_success(out->state)) {
         out->failed_cmd = -1;
@@ -162,6 +156,50 @@ int eng_device_run_runlist(struct eng_device *d, eng_device_seq *seq, const stru
         snprintf(out->message, sizeof out->message, "runlist %d ended in %s", rl->index,
                  eng_ert_name(out->state));
     return -EIO;
+}
+
+int eng_device_run_runlist(struct eng_device *d, eng_device_seq *seq, const struct eng_runlist *rl,
+                           const struct eng_batch *b, struct eng_run_result *out)
+{
+    assert(d && seq && rl && b && out);
+    assert(rl->n_cmds >= 1 && b->n_tokens >= 1 && b->tokens);
+    *out = (struct eng_run_result){.state = ENG_ERT_COMPLETED, .failed_cmd = -1,
+                                   .failed_layer = -1};
+    int64_t t0 = ut_now_us();
+    d->iface->run_runlist(d->context, seq, rl, b, out);
+    return run_result(rl, t0, out);
+}
+
+bool eng_device_can_copy(const struct eng_device *d)
+{
+    assert(d);
+    return d->iface->seq_copy != NULL;
+}
+
+int eng_device_seq_copy(struct eng_device *d, eng_device_seq *dst, eng_device_seq *src, int n)
+{
+    assert(d && dst && src && n >= 0);
+    return d->iface->seq_copy ? d->iface->seq_copy(d->context, dst, src, n) : -ENOTSUP;
+}
+
+bool eng_device_can_batch(const struct eng_device *d)
+{
+    assert(d);
+    return d->iface->run_runlist_multi != NULL;
+}
+
+int eng_device_run_runlist_multi(struct eng_device *d, eng_device_seq *const *seqs,
+                                 const struct eng_runlist *rl, const struct eng_batch *b, int n,
+                                 struct eng_run_result *out)
+{
+    assert(d && d->iface->run_runlist_multi && seqs && rl && b && n >= 1 && out);
+    for (int i = 0; i < n; i++)
+        assert(seqs[i] && b[i].n_tokens >= 1 && b[i].tokens);
+    *out = (struct eng_run_result){.state = ENG_ERT_COMPLETED, .failed_cmd = -1,
+                                   .failed_layer = -1};
+    int64_t t0 = ut_now_us();
+    d->iface->run_runlist_multi(d->context, seqs, rl, b, n, out);
+    return run_result(rl, t0, out);
 }
 
 int eng_device_reset(struct eng_device *d, char *err, size_t errlen)

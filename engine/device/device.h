@@ -110,6 +110,17 @@ struct eng_device_i {
     /* Run one runlist to its final state; fills *out (always). */
     void (*run_runlist)(void *ctx, eng_device_seq *seq, const struct eng_runlist *rl,
                         const struct eng_batch *b, struct eng_run_result *out);
+    /* (optional) Run one runlist over the batches of n sequences at once
+     * (continuous batching: each weight is read once for all of them; attention per
+     * sequence over its own KV cache); b[i].logits gets sequence i's logits. A
+     * device without it (the NPU, whose kernels decode one position per run, and
+     * the sim that models it) gets the sequences' steps one after another. */
+    void (*run_runlist_multi)(void *ctx, eng_device_seq *const *seqs,
+                              const struct eng_runlist *rl, const struct eng_batch *b, int n,
+                              struct eng_run_result *out);
+    /* (optional) dst's KV becomes src's first n positions (src holds at least n):
+     * a prompt several requests share is computed once. */
+    int (*seq_copy)(void *ctx, eng_device_seq *dst, eng_device_seq *src, int n);
     /* Bring the device back after a failed runlist. (optional: nothing to do) */
     int (*reset)(void *ctx, char *err, size_t errlen);
     /* Free everything; sequences must have ended. */
@@ -154,6 +165,21 @@ void eng_device_seq_truncate(struct eng_device *d, eng_device_seq *seq, int n);
  * failed a runlist may refuse to run another until eng_device_reset(). */
 int eng_device_run_runlist(struct eng_device *d, eng_device_seq *seq, const struct eng_runlist *rl,
                            const struct eng_batch *b, struct eng_run_result *out);
+
+/* Copy src's first n KV positions into dst (seq_copy). Returns 0, -ENOTSUP (the
+ * device cannot) or -EINVAL. */
+bool eng_device_can_copy(const struct eng_device *d);
+int eng_device_seq_copy(struct eng_device *d, eng_device_seq *dst, eng_device_seq *src, int n);
+
+/* Can the device run several sequences' batches as one (run_runlist_multi)? */
+bool eng_device_can_batch(const struct eng_device *d);
+
+/* Run `rl` over the batches b[0 .. n) of seqs[0 .. n) as one batch (only when
+ * eng_device_can_batch). As eng_device_run_runlist otherwise; a failure fails the
+ * step of every sequence in it. */
+int eng_device_run_runlist_multi(struct eng_device *d, eng_device_seq *const *seqs,
+                                 const struct eng_runlist *rl, const struct eng_batch *b, int n,
+                                 struct eng_run_result *out);
 
 /* Reset after a failed runlist. Returns 0 (also when the backend has nothing to
  * reset) or negative when the device could not recover (err says why). */

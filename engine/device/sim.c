@@ -125,6 +125,13 @@ static void sim_seq_truncate(void *ctx, eng_device_seq *seq, int n)
     eng_device_seq_truncate(s->cpu, seq, n);
 }
 
+/* A copy between sequences in device memory: no runlist, no fault site. */
+static int sim_seq_copy(void *ctx, eng_device_seq *dst, eng_device_seq *src, int n)
+{
+    struct sim_dev *s = ctx;
+    return s->needs_reset ? -EIO : eng_device_seq_copy(s->cpu, dst, src, n);
+}
+
 static void sleep_us(int64_t us)
 {
     if (us <= 0)
@@ -280,6 +287,7 @@ static const struct eng_device_i sim_iface = {
     .seq_end = sim_seq_end,
     .seq_truncate = sim_seq_truncate,
     .run_runlist = sim_run_runlist,
+    .seq_copy = sim_seq_copy,
     .reset = sim_reset,
     .close = sim_close,
 };

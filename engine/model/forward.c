@@ -49,6 +49,17 @@ struct eng_seq {
     struct eng_q8x xq;      /* (cap, xq_cols) int8 copy of xn */
     int xq_cols;
     float *scores;          /* (threads, group, n_ctx) attention scratch */
+    /* Whose KV cache and which position each token of the batch in flight has:
+     * this sequence at len + t, or, for a batch of several sequences led by this
+     * one (eng_seqs_embed), the owner of each token. */
+    eng_seq *tseq[ENG_MAX_BATCH];
+    int tpos[ENG_MAX_BATCH];
+    /* a batch of several sequences: their count and the tokens of each */
+    int nseg;
+    eng_seq *seg[ENG_MAX_BATCH];
+    int seg_n[ENG_MAX_BATCH];
+    float *hlogits;         /* (nseg, n_vocab) the head's rows, several sequences */
+    int hcap;               /* rows hlogits holds */
     char err[256];
 };
 
@@ -109,6 +120,9 @@ static void free_batch(eng_seq *s)
     free(s->xq.q);
     s->xq.q = NULL;
     s->cap = 0;
+    free(s->hlogits);
+    s->hlogits = NULL;
+    s->hcap = 0;
 }
 
 void eng_seq_trim(eng_seq *s)
@@ -136,7 +150,32 @@ void eng_seq_truncate(eng_seq *s, int n)
     if (n >= 0 && n < s->len)
         s->len = n;
     s->n = 0;
+    s->nseg = 0;
     s->next_layer = 0;
+}
+
+int eng_seq_copy_prefix(eng_seq *dst, const eng_seq *src, int n)
+{
+    const struct eng_hparams *hp = &dst->m->info.hp;
+    if (dst == src || dst->m != src->m || dst->n_ctx != src->n_ctx || n < 0 || n > src->len ||
+        dst->n || src->n)
+        return seq_fail(dst, -EINVAL, "cannot copy %d positions of a sequence of %d", n,
+                        src->len);
+    int nkv = dst->m->info.n_kv_real, hd = hp->head_dim;
+    size_t kblk = (size_t)(n + ENG_ATTN_KBLOCK - 1) / ENG_ATTN_KBLOCK;
+    for (int l = 0; l < hp->n_layers; l++) {
+        size_t v = (size_t)l * dst->n_ctx * dst->kvd;
+        memcpy(dst->vc + v, src->vc + v, (size_t)n * dst->kvd * sizeof *dst->vc);
+        for (int u = 0; u < nkv; u++) {
+            /* whole K blocks: the positions past n in the last one are never read
+             * before the sequence writes them */
+            size_t k = ((size_t)l * nkv + (size_t)u) * dst->kblocks * ENG_ATTN_KBLOCK * hd;
+            memcpy(dst->kc + k, src->kc + k, kblk * ENG_ATTN_KBLOCK * hd * sizeof *dst->kc);
+        }
+    }
+    dst->len = n;
+    dst->next_layer = 0;
+    return 0;
 }
 
 /* Buffers for a batch of n positions, grown in powers of two. */
@@ -195,10 +234,18 @@ static void tok_region(void *ctx, int ith, int nth)
         j->fn(j->s, t, j->arg);
 }
 
+/* Tokens below which the per-token work runs on the calling thread: a region is
+ * a barrier of every pool thread, and a decode step of a few batched sequences
+ * would add ~7 of them per layer; on a loaded machine each barrier waits for a
+ * descheduled thread (measured with minicpmd-bench --batch 4 on the 2b pack, 2
+ * threads, load average 9: 1.75x one sequence's rate with the threshold at 4,
+ * 2.25x at 16). The work per token is the same either way (batch invariance). */
+#define FOR_TOKENS_MIN 16
+
 static void for_tokens(eng_seq *s, tok_fn fn, const void *arg)
 {
     struct tok_job j = {s, fn, arg, s->n};
-    if (s->n < 4) { /* a region costs more than a few tokens of this work */
+    if (s->n < FOR_TOKENS_MIN) { /* a region costs more than this work */
         for (int t = 0; t < s->n; t++)
             fn(s, t, arg);
         return;
@@ -319,11 +366,12 @@ static void attn_one(eng_seq *s, int l, int t, int u, float *sc)
 {
     const struct eng_hparams *hp = &s->m->info.hp;
     int hd = hp->head_dim, group = hp->n_heads / s->m->info.n_kv_real;
-    int pos = s->len + t, n_pos = pos + 1;
+    const eng_seq *own = s->tseq[t]; /* the owner's cache, up to the token's position */
+    int pos = s->tpos[t], n_pos = pos + 1;
     const float scale = 1.0f / sqrtf((float)hd);
-    const uint16_t *K = s->kc + ((size_t)l * s->m->info.n_kv_real + (size_t)u) * s->kblocks *
-                                    ENG_ATTN_KBLOCK * (size_t)hd;
-    const uint16_t *V = s->vc + (size_t)l * s->n_ctx * s->kvd + (size_t)u * hd;
+    const uint16_t *K = own->kc + ((size_t)l * s->m->info.n_kv_real + (size_t)u) *
+                                      own->kblocks * ENG_ATTN_KBLOCK * (size_t)hd;
+    const uint16_t *V = own->vc + (size_t)l * own->n_ctx * s->kvd + (size_t)u * hd;
     const float *q = s->q + (size_t)t * hp->n_heads * hd + (size_t)u * group * hd;
     float *o = s->att + (size_t)t * hp->n_heads * hd + (size_t)u * group * hd;
 
@@ -363,13 +411,15 @@ static void qkv_tok(eng_seq *s, int t, const void *arg)
             v[i + half] = x2 * c + x1 * sn;
         }
     }
-    int l = (int)(L - s->m->layers), pos = s->len + t;
-    size_t at = ((size_t)l * s->n_ctx + (size_t)pos) * s->kvd;
+    /* into the cache of the sequence that owns token t */
+    eng_seq *o = s->tseq[t];
+    int l = (int)(L - s->m->layers), pos = s->tpos[t];
+    size_t at = ((size_t)l * o->n_ctx + (size_t)pos) * s->kvd;
     const float *vv = s->v + (size_t)t * s->kvd;
     for (int i = 0; i < s->kvd; i++)
-        s->vc[at + i] = eng_f32_to_bf16(vv[i]);
+        o->vc[at + i] = eng_f32_to_bf16(vv[i]);
     for (int u = 0; u < nkv; u++) {
-        uint16_t *kb = s->kc + (((size_t)l * nkv + (size_t)u) * s->kblocks +
+        uint16_t *kb = o->kc + (((size_t)l * nkv + (size_t)u) * o->kblocks +
                                 (size_t)(pos / ENG_ATTN_KBLOCK)) * ENG_ATTN_KBLOCK * (size_t)hd +
                        pos % ENG_ATTN_KBLOCK;
         for (int d = 0; d < hd; d++)
@@ -449,37 +499,87 @@ static void layer(eng_seq *s, int l)
 
 /* ---- the batch API ------------------------------------------------------------------ */
 
-int eng_seq_embed(eng_seq *s, const int32_t *tokens, int n)
+/* Token t of the batch: its embedding row and RoPE angles at position pos, in
+ * the cache of o. */
+static void embed_tok(eng_seq *s, int t, int32_t token, eng_seq *o, int pos)
 {
     const struct eng_hparams *hp = &s->m->info.hp;
-    int rc;
-    if (s->n)
-        return seq_fail(s, -EINVAL, "a batch is in flight (layers %d of %d ran)", s->next_layer,
+    int E = hp->n_embd, hd = hp->head_dim, half = hd / 2;
+    const uint16_t *row = s->m->embed + (size_t)token * E;
+    for (int i = 0; i < E; i++)
+        s->x[(size_t)t * E + i] = eng_bf16_to_f32(row[i]);
+    /* RoPE angles once per position, not per layer: pos * theta^(-2i/hd). */
+    float *cs = s->rope + (size_t)t * hd;
+    for (int i = 0; i < half; i++) {
+        double ang = (double)pos * pow(hp->rope_theta, -2.0 * i / hd);
+        cs[i] = (float)cos(ang);
+        cs[half + i] = (float)sin(ang);
+    }
+    s->tseq[t] = o;
+    s->tpos[t] = pos;
+}
+
+/* The checks of one sequence's part of a batch (reported on `s`, the leader). */
+static int check_part(eng_seq *s, const eng_seq *o, const int32_t *tokens, int n)
+{
+    const struct eng_hparams *hp = &s->m->info.hp;
+    if (o->n)
+        return seq_fail(s, -EINVAL, "a batch is in flight (layers %d of %d ran)", o->next_layer,
                         hp->n_layers);
     if (n < 1 || n > ENG_MAX_BATCH)
         return seq_fail(s, -EINVAL, "batch of %d positions: must be 1 .. %d", n, ENG_MAX_BATCH);
-    if (n > s->n_ctx - s->len)
-        return seq_fail(s, -EINVAL, "%d positions do not fit: %d of %d used", n, s->len, s->n_ctx);
+    if (n > o->n_ctx - o->len)
+        return seq_fail(s, -EINVAL, "%d positions do not fit: %d of %d used", n, o->len, o->n_ctx);
+    if (o->m != s->m || o->n_ctx > s->n_ctx)
+        return seq_fail(s, -EINVAL, "a sequence of another model or a longer context");
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
             return seq_fail(s, -EINVAL, "token %d at batch index %d: ids are 0 .. %d", tokens[i], i,
                             hp->n_vocab - 1);
-    if ((rc = reserve(s, n)))
+    return 0;
+}
+
+int eng_seq_embed(eng_seq *s, const int32_t *tokens, int n)
+{
+    int rc;
+    if ((rc = check_part(s, s, tokens, n)) || (rc = reserve(s, n)))
         return rc;
-    int E = hp->n_embd, hd = hp->head_dim, half = hd / 2;
-    for (int t = 0; t < n; t++) {
-        const uint16_t *row = s->m->embed + (size_t)tokens[t] * E;
-        for (int i = 0; i < E; i++)
-            s->x[(size_t)t * E + i] = eng_bf16_to_f32(row[i]);
-        /* RoPE angles once per position, not per layer: pos * theta^(-2i/hd). */
-        float *cs = s->rope + (size_t)t * hd;
-        for (int i = 0; i < half; i++) {
-            double ang = (double)(s->len + t) * pow(hp->rope_theta, -2.0 * i / hd);
-            cs[i] = (float)cos(ang);
-            cs[half + i] = (float)sin(ang);
-        }
-    }
+    for (int t = 0; t < n; t++)
+        embed_tok(s, t, tokens[t], s, s->len + t);
     s->n = n;
+    s->nseg = 0;
+    s->next_layer = 0;
+    return 0;
+}
+
+int eng_seqs_embed(eng_seq *const *seqs, const int32_t *const *tokens, const int *n, int nseq)
+{
+    eng_seq *s = seqs[0];
+    int rc, total = 0;
+    if (nseq < 1 || nseq > ENG_MAX_BATCH)
+        return seq_fail(s, -EINVAL, "a batch of %d sequences", nseq);
+    for (int i = 0; i < nseq; i++) {
+        for (int j = 0; j < i; j++)
+            if (seqs[j] == seqs[i])
+                return seq_fail(s, -EINVAL, "sequence %d is in the batch twice", i);
+        if ((rc = check_part(s, seqs[i], tokens[i], n[i])))
+            return rc;
+        total += n[i];
+    }
+    if (total > ENG_MAX_BATCH)
+        return seq_fail(s, -EINVAL, "batch of %d positions: must be 1 .. %d", total,
+                        ENG_MAX_BATCH);
+    if ((rc = reserve(s, total)))
+        return rc;
+    int t = 0;
+    for (int i = 0; i < nseq; i++) {
+        for (int j = 0; j < n[i]; j++, t++)
+            embed_tok(s, t, tokens[i][j], seqs[i], seqs[i]->len + j);
+        s->seg[i] = seqs[i];
+        s->seg_n[i] = n[i];
+    }
+    s->n = total;
+    s->nseg = nseq;
     s->next_layer = 0;
     return 0;
 }
@@ -502,7 +602,7 @@ int eng_seq_head(eng_seq *s, float *logits)
 {
     const eng_model *m = s->m;
     const struct eng_hparams *hp = &m->info.hp;
-    if (!s->n || s->next_layer != hp->n_layers)
+    if (!s->n || s->next_layer != hp->n_layers || s->nseg)
         return seq_fail(s, -EINVAL, "head before the last layer (batch at layer %d of %d)",
                         s->next_layer, hp->n_layers);
     if (logits) {
@@ -517,6 +617,50 @@ int eng_seq_head(eng_seq *s, float *logits)
     }
     s->len += s->n;
     s->n = 0;
+    s->next_layer = 0;
+    return 0;
+}
+
+int eng_seqs_head(eng_seq *s, float *const *logits)
+{
+    const eng_model *m = s->m;
+    const struct eng_hparams *hp = &m->info.hp;
+    if (!s->n || s->next_layer != hp->n_layers || !s->nseg)
+        return seq_fail(s, -EINVAL, "head of several sequences before the last layer (batch at "
+                        "layer %d of %d)", s->next_layer, hp->n_layers);
+    /* The last position of each sequence that wants logits, gathered into rows
+     * 0 .. k-1 of tmp: one lm_head product for all of them (each row is computed
+     * as it would be alone: the kernels are batch-invariant). */
+    int E = hp->n_embd, V = hp->n_vocab, k = 0, end = 0, n = s->n;
+    int rows[ENG_MAX_BATCH];
+    for (int i = 0; i < s->nseg; i++) {
+        end += s->seg_n[i];
+        if (logits[i]) {
+            memcpy(s->tmp + (size_t)k * E, s->x + (size_t)(end - 1) * E, (size_t)E * sizeof(float));
+            rows[i] = k++;
+        }
+    }
+    if (k > s->hcap) {
+        float *h = realloc(s->hlogits, (size_t)k * V * sizeof *h);
+        if (!h)
+            return seq_fail(s, -ENOMEM, "out of memory for the logits of %d sequences", k);
+        s->hlogits = h, s->hcap = k;
+    }
+    if (k) {
+        struct norm_arg na = {s->tmp, m->out_norm, E};
+        s->n = k;
+        for_tokens(s, norm_tok, &na);
+        struct mm_seg seg = {m->lm_head, s->hlogits, V};
+        matmul(s, &seg, 1, E);
+        s->n = n;
+        for (int i = 0; i < s->nseg; i++)
+            if (logits[i])
+                memcpy(logits[i], s->hlogits + (size_t)rows[i] * V, (size_t)V * sizeof(float));
+    }
+    for (int i = 0; i < s->nseg; i++)
+        s->seg[i]->len += s->seg_n[i];
+    s->n = 0;
+    s->nseg = 0;
     s->next_layer = 0;
     return 0;
 }

@@ -86,6 +86,25 @@ int eng_seq_layers(eng_seq *s, int l_begin, int l_end);
 int eng_seq_head(eng_seq *s, float *logits /* n_vocab */);
 const char *eng_seq_error(const eng_seq *s);
 
+/* Several sequences' batches as one (continuous batching): seqs[0] leads and
+ * holds the batch; seqs[i] contributes tokens[i][0 .. n[i]) at its own positions,
+ * into its own KV cache (attention per sequence). Then eng_seq_layers(seqs[0], …)
+ * as for one sequence, and eng_seqs_head(seqs[0], logits): logits[i] (NULL: none)
+ * gets sequence i's last position, and every sequence's positions join it. Each
+ * sequence's numbers are bit-identical to running its batch alone: every kernel
+ * computes a token's row the same whatever else is in the batch. The sequences
+ * are distinct, of the same model, none with a batch in flight, none with a longer
+ * context than the leader; at most ENG_MAX_BATCH positions in all. Errors are
+ * reported on the leader (eng_seq_error(seqs[0])). */
+int eng_seqs_embed(eng_seq *const *seqs, const int32_t *const *tokens, const int *n, int nseq);
+int eng_seqs_head(eng_seq *lead, float *const *logits);
+
+/* dst's KV cache becomes src's first n positions (bytes copied: the same as
+ * computing them), dst's length n: requests with the same prompt (`n` > 1
+ * choices) prefill it once. Same model and context; no batch in flight in
+ * either. Returns 0 or -EINVAL (reason in dst's error). */
+int eng_seq_copy_prefix(eng_seq *dst, const eng_seq *src, int n);
+
 /* embed + all layers + head in one call. */
 int eng_seq_forward(eng_seq *s, const int32_t *tokens, int n, float *logits);
 

@@ -1,19 +1,19 @@
-/* The worker: generation requests, the bounded FIFO, the thread that owns the
- * device, and the counters /metrics reads. Running one request on the device is
- * gen.c's story.
+/* The worker: generation requests, the bounded FIFO, and the counters /metrics
+ * reads. The thread that owns the device and its steps are sched.c's story, one
+ * running request gen.c's.
  *
  * Life of a request:
  *
  *   eng_gen_req_new        refs 1 (the caller's)
  *   eng_worker_submit      refs 2; queued, or -EBUSY / -ESHUTDOWN at once
- *   (cancelled in the queue: eng__worker_sweep ends it between two runlists of
- *    the running request, or the thread finds it cancelled when it dequeues it)
- *   the thread runs it     TOKEN events …, then exactly one DONE or ERROR
+ *   (cancelled in the queue: eng__worker_sweep ends it between two runlists, or
+ *    the thread finds it cancelled when it dequeues it)
+ *   a running sequence     TOKEN events …, then exactly one DONE or ERROR
  *   after the final event  the worker drops its reference
  *
  * Shutdown (eng_worker_free) marks the worker stopping so that no request is
- * accepted any more, cancels everything queued and the running request (whose
- * device wait polls the request's cancel flag), and lets the thread drain the
+ * accepted any more, cancels everything queued and running (a device wait polls
+ * the request's cancel flag), and lets the thread drain the
  * queue: each request it dequeues is cancelled and ends at once with DONE
  * "cancelled". Every final event is thus emitted on the worker thread, in order. */
 #include "engine/err.h"
@@ -238,38 +238,6 @@ void eng__worker_sweep(struct eng_worker *w)
     }
 }
 
-static void *worker_main(void *arg)
-{
-    struct eng_worker *w = arg;
-    for (;;) {
-        pthread_mutex_lock(&w->mu);
-        while (!w->stopping && w->count == 0)
-            pthread_cond_wait(&w->cv, &w->mu);
-        if (w->count == 0) {   /* stopping and drained */
-            pthread_mutex_unlock(&w->mu);
-            break;
-        }
-        eng_gen_req *r = w->ring[w->head];
-        w->head = (w->head + 1) % w->queue_size;
-        w->count--;
-        w->running = r;
-        if (w->stopping)
-            atomic_store(&r->cancel, true);
-        atomic_store_explicit(&w->m.queue_depth, w->count, memory_order_relaxed);
-        atomic_store(&w->m.busy, true);
-        pthread_mutex_unlock(&w->mu);
-
-        eng__worker_run(w, r);
-
-        pthread_mutex_lock(&w->mu);
-        w->running = NULL;
-        atomic_store(&w->m.busy, false);
-        pthread_mutex_unlock(&w->mu);
-        eng_gen_req_free(r);
-    }
-    return NULL;
-}
-
 /* ---- life ---------------------------------------------------------------------- */
 
 int eng__worker_replan(struct eng_worker *w)
@@ -290,8 +258,8 @@ static void worker_destroy(struct eng_worker *w)
     for (int i = 0; i < w->n_slots; i++) {
         eng_device_seq_end(w->dev, w->slots[i].seq);
         free(w->slots[i].ids);
+        free(w->slots[i].logits);
     }
-    free(w->logits);
     free(w->raw_logits);
     eng_gram_vocab_free(w->gvocab);
     free(w->ring);
@@ -361,11 +329,10 @@ int eng_worker_new(struct eng_device *dev, const eng_pack *pack, const eng_token
 
     rc = -ENOMEM;
     w->model_id = strdup(o->model_id ? o->model_id : eng_pack_get_info(pack)->dir);
-    w->logits = malloc((size_t)w->n_vocab * sizeof *w->logits);
     w->raw_logits = malloc((size_t)w->n_vocab * sizeof *w->raw_logits);
     w->ring = calloc((size_t)w->queue_size, sizeof *w->ring);
     w->swept = calloc((size_t)w->queue_size, sizeof *w->swept);
-    if (!w->model_id || !w->logits || !w->raw_logits || !w->ring || !w->swept) {
+    if (!w->model_id || !w->raw_logits || !w->ring || !w->swept) {
         eng__fail(err, errlen, rc, "worker: out of memory");
         goto err;
     }
@@ -381,23 +348,37 @@ int eng_worker_new(struct eng_device *dev, const eng_pack *pack, const eng_token
         }
     }
 
-    /* One slot, or as many as the prompt cache may use and the device keeps. */
-    int n_slots = w->prompt_cache ? eng_device_max_seqs(dev) : 1;
+    /* A slot per running sequence, or as many as the prompt cache may use and the
+     * device keeps. */
+    int max_seqs = eng_device_max_seqs(dev);
+    w->parallel = o->parallel > 0 ? o->parallel : UT_PARALLEL_DEFAULT;
+    w->parallel = w->parallel < max_seqs ? w->parallel : max_seqs;
+    w->parallel = w->parallel < WORKER_MAX_SLOTS ? w->parallel : WORKER_MAX_SLOTS;
+    int n_slots = w->prompt_cache ? max_seqs : w->parallel;
     n_slots = n_slots < WORKER_MAX_SLOTS ? n_slots : WORKER_MAX_SLOTS;
+    w->step_prefill = o->step_prefill > 0 ? o->step_prefill : UT_STEP_PREFILL_DEFAULT;
+    w->max_batch = max_batch;
+    w->batch = eng_device_can_batch(dev);
     for (; w->n_slots < n_slots; w->n_slots++) {
         struct worker_slot *sl = &w->slots[w->n_slots];
-        if (!(sl->ids = malloc(((size_t)w->n_ctx + 1) * sizeof *sl->ids))) {
+        sl->ids = malloc(((size_t)w->n_ctx + 1) * sizeof *sl->ids);
+        sl->logits = malloc((size_t)w->n_vocab * sizeof *sl->logits);
+        if (!sl->ids || !sl->logits) {
+            free(sl->ids);
+            free(sl->logits);
             rc = eng__fail(err, errlen, -ENOMEM, "worker: out of memory");
             goto err;
         }
         if ((rc = eng_device_seq_begin(dev, w->n_ctx, &sl->seq, err, errlen))) {
             free(sl->ids);
+            free(sl->logits);
             sl->ids = NULL;
+            sl->logits = NULL;
             if (w->n_slots == 0)
                 goto err;
             /* More slots are a cache: do with the ones there are (their KV is
              * reserved address space, which a strict overcommit policy may refuse). */
-            eng__worker_log(w, ENG_LOG_WARN, "prompt cache: %d slot(s), not %d: %s", w->n_slots,
+            eng__worker_log(w, ENG_LOG_WARN, "KV slots: %d, not %d: %s", w->n_slots,
                             n_slots, err);
             if (err && errlen)
                 err[0] = '\0';
@@ -405,7 +386,8 @@ int eng_worker_new(struct eng_device *dev, const eng_pack *pack, const eng_token
             break;
         }
     }
-    w->cur = &w->slots[0];
+    if (w->parallel > w->n_slots)
+        w->parallel = w->n_slots;
     struct eng_kpolicy_opts kpo = {
         .mode = o->kmode,
         .fixed_k = o->fixed_k,
@@ -430,7 +412,7 @@ int eng_worker_new(struct eng_device *dev, const eng_pack *pack, const eng_token
         rc = eng__fail(err, errlen, -rc, "worker: condition: %s", strerror(rc));
         goto err;
     }
-    if ((rc = pthread_create(&w->thread, NULL, worker_main, w))) {
+    if ((rc = pthread_create(&w->thread, NULL, eng__worker_main, w))) {
         pthread_cond_destroy(&w->cv);
         pthread_mutex_destroy(&w->mu);
         rc = eng__fail(err, errlen, -rc, "worker: thread: %s", strerror(rc));
@@ -438,11 +420,13 @@ int eng_worker_new(struct eng_device *dev, const eng_pack *pack, const eng_token
     }
     eng__worker_log(w, ENG_LOG_INFO,
                     "worker: device %s, %d layers, K %d (%s), context %d, prefill chunks of %d, "
-                    "queue of %d",
+                    "queue of %d, %d sequence(s) at once (%s, %d prompt tokens per step beside "
+                    "decodes)",
                     eng_device_get_description(dev), w->n_layers, eng_kpolicy_k(&w->kp),
                     o->kmode == ENG_KMODE_AUTO ? "auto"
                     : o->kmode == ENG_KMODE_ALL ? "all" : "fixed",
-                    w->n_ctx, w->prefill_chunk, w->queue_size);
+                    w->n_ctx, w->prefill_chunk, w->queue_size, w->parallel,
+                    w->batch ? "batched" : "interleaved", w->step_prefill);
     *out = w;
     return 0;
 err:
@@ -458,8 +442,9 @@ void eng_worker_free(eng_worker *w)
     w->stopping = true;
     for (int i = 0; i < w->count; i++)
         eng_gen_req_cancel(w->ring[(w->head + i) % w->queue_size]);
-    if (w->running)
-        eng_gen_req_cancel(w->running);
+    for (int i = 0; i < WORKER_MAX_SLOTS; i++)
+        if (w->running[i])
+            eng_gen_req_cancel(w->running[i]);
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
     pthread_join(w->thread, NULL);
@@ -495,7 +480,15 @@ void eng_worker_get_stats(const eng_worker *cw, struct eng_worker_stats *out)
         .device_resets = LOAD(w->m.device_resets),
         .k_halvings = LOAD(w->m.k_halvings),
         .k_probes = LOAD(w->m.k_probes),
+        .active = LOAD(w->m.active),
+        .parallel = w->parallel,
+        .batched = w->batch,
+        .steps = LOAD(w->m.steps),
+        .queue_wait_us = LOAD(w->m.queue_wait_us),
+        .queue_waits = LOAD(w->m.queue_waits),
     };
+    for (int b = 0; b < WORKER_BATCH_BUCKETS && b < ENG_BATCH_BUCKETS; b++)
+        out->batch_hist[b] = LOAD(w->m.batch_hist[b]);
     for (int s = 0; s <= ENG_ERT_LAST; s++)
         out->runlists_by_state[s] = LOAD(w->m.runlists_by_state[s]);
 }

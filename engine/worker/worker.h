@@ -1,24 +1,29 @@
 /* worker — the generation queue and the one thread that owns the device.
  *
  * The server submits generation requests (prompt ids + sampling knobs) to a
- * bounded FIFO; one worker thread takes them in order and runs each on the device:
+ * bounded FIFO; one worker thread takes them in order into up to `parallel`
+ * running sequences, each on its own KV slot, and runs them step by step
+ * (engine/worker/sched.c):
  *
- *   prefill   the prompt in chunks of prefill_chunk tokens, each chunk one plan of
- *             runlists of at most K layers (engine/worker/plan.h), each runlist waited
- *             for before the next is submitted;
- *   decode    one plan per generated token; sample (engine/worker/sample.h), detokenize
+ *   prefill   the prompt in chunks (prefill_chunk tokens; at most step_prefill in a
+ *             step that also carries decodes), each chunk one plan of runlists of
+ *             at most K layers (engine/worker/plan.h), each runlist waited for
+ *             before the next is submitted;
+ *   decode    one position per step; sample (engine/worker/sample.h), detokenize
  *             (eng_detok, stop-string safe), check stop ids, stop strings,
  *             max_tokens and the context;
  *
- * and reports back through one callback, on the worker thread: TOKEN events, then
- * exactly one final event (DONE or ERROR) for every accepted request — also when it
- * was cancelled, and also at shutdown.
+ * all running sequences' pieces of a step as one batch on a device that batches
+ * (cpu), one after the other on one that does not (NPU, sim). It reports back
+ * through one callback, on the worker thread: TOKEN events, then exactly one final
+ * event (DONE or ERROR) for every accepted request — also when it was cancelled,
+ * and also at shutdown.
  *
- * When a runlist does not complete, the worker resets the device, drops the KV
- * state and, with --runlist-layers auto, asks the K policy for a smaller K and
- * replays (see "Replay" in worker.c); otherwise, or when the policy gives up, the
- * request ends in ERROR carrying a struct eng_device_error (engine/ert.h). The
- * worker keeps serving either way.
+ * When a runlist does not complete, the worker resets the device, every running
+ * sequence drops its KV state and replays it; the one whose step failed asks the
+ * K policy (--runlist-layers auto: a smaller K) and replays too, or ends in ERROR
+ * carrying a struct eng_device_error (engine/ert.h). The worker keeps serving
+ * either way.
  *
  * Threading: eng_worker_new/eng_worker_free on one (the owning) thread;
  * eng_worker_submit, eng_worker_get_stats and everything eng_gen_req_* from any
@@ -50,6 +55,10 @@ struct eng_worker_opts {
                                    the tokens in the KV cache (the previous request's
                                    prompt and output); its positions are not computed
                                    again */
+    int parallel;               /* sequences running at once; <= 0: UT_PARALLEL_DEFAULT.
+                                   At most the device's max_seqs (and 4) */
+    int step_prefill;           /* prompt tokens a step may carry beside running
+                                   decodes; <= 0: UT_STEP_PREFILL_DEFAULT */
     int n_ctx;                  /* positions of the sequence; <= 0: the model's
                                    max_position_embeddings */
     enum eng_kmode kmode;       /* --runlist-layers auto (default) | all | N */
@@ -82,7 +91,7 @@ int eng_worker_submit(eng_worker *w, eng_gen_req *r);
 
 void eng_worker_get_stats(const eng_worker *w, struct eng_worker_stats *out);
 
-/* Stop: cancel every queued and the running request (the device wait is
+/* Stop: cancel every queued and running request (the device wait is
  * interrupted), emit their final events (DONE cancelled) on the worker thread,
  * join it, end the sequence, free everything. The device stays open for the
  * caller to close. NULL is fine. Must not be called from the emit callback. */

@@ -180,7 +180,7 @@ def bad_requests_name_param():
         (dict(temperature=3), "temperature"),
         (dict(top_p=0), "top_p"),
         (dict(max_tokens=0), "max_tokens"),
-        (dict(n=2), "n"),
+        (dict(n=9), "n"),   # 8 at most
         (dict(stop=["s%d" % i for i in range(17)]), "stop"),  # 16 at most
         (dict(messages=[]), "messages"),
         (dict(messages=[{"role": "wizard", "content": "x"}]), "messages[0].role"),
@@ -276,6 +276,34 @@ def disconnect_mid_stream_frees_worker():
     print("worker idle %.0f ms after the client left" % ((time.monotonic() - t0) * 1e3))
     r = chat(d, max_tokens=2, temperature=0)
     eq(r.status, 200, "next request after a disconnect")
+    stop_ok(d)
+
+
+@test
+def slots_in_health_and_sequences_in_metrics():
+    """Two streams at once on the sim: /health's slots and /metrics' active
+    sequences follow them (states waited for, never slept), the batch-size histogram
+    and the queue wait count the steps and the requests, and both go back to 0."""
+    d = pack_daemon(["--device", "sim", "--sim-latency-us", "2000"])
+    eq(d.get("/health").json().get("slots"), {"in_use": 0, "total": 4}, "idle slots")
+    eq(metric(d, "minicpmd_parallel"), 4, "--parallel's default on the sim")
+    long = {"model": PACK, "stream": True, "max_tokens": 4000,
+            "messages": [{"role": "user", "content": "go"}],
+            "logit_bias": {"1": -100, "1023": -100}}
+    a, _ = raw_stream(d, long)
+    wait_for(lambda: metric(d, "minicpmd_active_sequences") == 1, 20, "one sequence")
+    b, _ = raw_stream(d, long)
+    wait_for(lambda: metric(d, "minicpmd_active_sequences") == 2, 20, "two sequences")
+    eq(d.get("/health").json().get("slots"), {"in_use": 2, "total": 4}, "two slots in use")
+    a.close()
+    b.close()
+    wait_for(lambda: metric(d, "minicpmd_active_sequences") == 0, 20, "no sequence")
+    eq(d.get("/health").json().get("slots"), {"in_use": 0, "total": 4}, "slots freed")
+    check(metric(d, "minicpmd_batch_size_count") > 0, "steps counted")
+    # the sim interleaves: every step carries one sequence
+    eq(metric(d, 'minicpmd_batch_size_bucket{le="1"}'), metric(d, "minicpmd_batch_size_count"),
+       "interleaved steps")
+    eq(metric(d, "minicpmd_queue_wait_seconds_count"), 2, "requests that left the queue")
     stop_ok(d)
 
 

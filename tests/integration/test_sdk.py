@@ -110,6 +110,12 @@ def sdk_chat_seed_deterministic():
 
 
 @test
+def sdk_chat_n_choices():
+    """n: 3 at temperature 1, streamed and not: indexes, seeds per choice, usage."""
+    run_on_tiny("n_choices")
+
+
+@test
 def sdk_chat_stream_logprobs():
     """Streamed logprobs hold one entry per sampled token, like the non-streamed ones."""
     run_on_tiny("stream_logprobs")

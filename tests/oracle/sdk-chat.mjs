@@ -404,8 +404,8 @@ const scenarios = {
     await expectError(() => client.chat.completions.create({
       model, messages: HELLO, temperature: 5, stream: true,
     }), OpenAI.BadRequestError, { status: 400, param: 'temperature' }, 'temperature 5, stream');
-    await expectError(() => client.chat.completions.create({ model, messages: HELLO, n: 2 }),
-                      OpenAI.BadRequestError, { status: 400, param: 'n' }, 'n 2');
+    await expectError(() => client.chat.completions.create({ model, messages: HELLO, n: 9 }),
+                      OpenAI.BadRequestError, { status: 400, param: 'n' }, 'n 9 (8 at most)');
     await expectError(() => client.chat.completions.create({
       model, messages: [{ role: 'user', content: 'word '.repeat(400) }],
     }), OpenAI.BadRequestError, { status: 400, code: 'context_length_exceeded' }, 'long prompt');
@@ -609,6 +609,58 @@ const scenarios = {
       }
     }
     console.log(`measured: ${s.chunks.length} chunks, finish ${s.finish}`);
+  },
+
+  // n: 3 choices at temperature 1: indexes 0..2, different seeds per choice (so
+  // different tokens), reproducible with `seed` (choice 0 is the n = 1 answer of
+  // the same seed), usage summed as OpenAI counts it (the prompt once); streamed,
+  // each index's chunks give the text the non-streamed choice has.
+  async n_choices() {
+    const req = {
+      model, messages: HELLO, max_completion_tokens: 8, temperature: 1, seed: 42,
+      logit_bias: NO_STOP, logprobs: true, n: 3,
+    };
+    const lps = (c) => J(c.logprobs.content.map((t) => t.logprob));
+    const ra = await client.chat.completions.create(req);
+    check(ra.choices.length === 3, `n 3: ${ra.choices.length} choices`);
+    ra.choices.forEach((c, i) => {
+      check(c.index === i, `choice ${i} has index ${c.index}`);
+      check(c.finish_reason === 'length', `choice ${i}: finish ${c.finish_reason}`);
+      check(c.logprobs.content.length === 8, `choice ${i}: ${c.logprobs.content.length} tokens`);
+    });
+    check(new Set(ra.choices.map(lps)).size === 3,
+          `the choices share tokens: ${J(ra.choices.map(lps))}`);
+    check(ra.usage.completion_tokens === 24, `usage ${J(ra.usage)}`);
+    check(ra.usage.total_tokens === ra.usage.prompt_tokens + 24, `usage ${J(ra.usage)}`);
+    const rb = await client.chat.completions.create(req);
+    check(J(rb.choices.map(lps)) === J(ra.choices.map(lps)),
+          `the same seed gave other choices: ${J(rb.choices.map(lps))}`);
+    const one = await client.chat.completions.create({ ...req, n: 1 });
+    check(lps(one.choices[0]) === lps(ra.choices[0]), 'choice 0 is not the n = 1 answer');
+
+    const chunks = [];
+    for await (const ch of await client.chat.completions.create({
+      ...req, stream: true, stream_options: { include_usage: true },
+    })) chunks.push(ch);
+    const usage = chunks.pop().usage;
+    check(usage && usage.completion_tokens === 24 &&
+          usage.prompt_tokens === ra.usage.prompt_tokens, `stream usage ${J(usage)}`);
+    const text = ['', '', ''], finish = [null, null, null], roles = [0, 0, 0];
+    for (const ch of chunks) {
+      check(ch.choices.length === 1, `chunk choices ${J(ch.choices)}`);
+      const c = ch.choices[0];
+      check(c.index >= 0 && c.index < 3, `chunk index ${c.index}`);
+      check(finish[c.index] === null, `choice ${c.index}: a chunk after its finish`);
+      if (c.delta.role) roles[c.index]++;
+      text[c.index] += c.delta.content ?? '';
+      finish[c.index] = c.finish_reason ?? null;
+    }
+    check(J(roles) === '[1,1,1]', `role chunks per choice ${J(roles)}`);
+    check(J(finish) === '["length","length","length"]', `stream finishes ${J(finish)}`);
+    ra.choices.forEach((c, i) => check(text[i] === c.message.content,
+                                       `stream choice ${i}: ${J(text[i])} vs ${J(c.message.content)}`));
+    console.log(`measured: 3 choices, prompt ${ra.usage.prompt_tokens} tokens, ` +
+                `${chunks.length} stream chunks`);
   },
 
   // A conversation that already holds an assistant tool call and its result.

@@ -36,10 +36,12 @@
 #define BENCH_ROOF_REPS 5
 #define BENCH_ROOF_SECONDS 0.5
 #define BENCH_SEED 0x6d696e69637075ull
+#define BENCH_MAX_BATCH 16
 
 struct bench_opts {
     const char *dir;
     int threads, prompt, gen, reps, json;
+    int batch;                  /* > 1: also decode that many sequences as one batch */
     enum eng_act act;
     int isa;                    /* -1: the best this CPU has, else an enum eng_isa */
     enum eng_weights_place weights;
@@ -47,6 +49,7 @@ struct bench_opts {
 
 struct bench_result {
     double prefill_tps, decode_tps;       /* medians, tokens per second */
+    double batch_tps;                     /* --batch: decode tokens/s of all sequences */
     double roof_gbs, roof_int8_macs, roof_f32_flops;
     double load_s;                        /* eng_model_open, the weights' copy included */
 };
@@ -75,6 +78,7 @@ static int32_t argmax(const float *v, int n)
 static void usage(FILE *f)
 {
     fprintf(f, "Usage: minicpmd-bench PACKDIR [--threads N] [--prompt N (512)] [--gen N (64)]\n"
+               "                      [--batch N (1..16: also decode N sequences as one batch)]\n"
                "                      [--reps N (3)] [--act q8|f32] [--isa scalar|avx2|avx512]\n"
                "                      [--weights mmap|copy|auto (auto)] [--json]\n"
                "Prefill and decode tokens/s of the CPU forward pass, medians over --reps,\n"
@@ -102,6 +106,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         {"gen", required_argument, NULL, 'g'},     {"reps", required_argument, NULL, 'r'},
         {"act", required_argument, NULL, 'a'},     {"json", no_argument, NULL, 'j'},
         {"isa", required_argument, NULL, 'i'},     {"weights", required_argument, NULL, 'w'},
+        {"batch", required_argument, NULL, 'b'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     *o = (struct bench_opts){ .prompt = 512, .gen = 64, .reps = 3, .act = ENG_ACT_Q8, .isa = -1,
@@ -120,6 +125,13 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
             break;
         case 'r':
             rc = parse_int("reps", optarg, 1, &o->reps);
+            break;
+        case 'b':
+            rc = parse_int("batch", optarg, 1, &o->batch);
+            if (rc == 0 && o->batch > BENCH_MAX_BATCH) {
+                fprintf(stderr, "minicpmd-bench: --batch is at most %d\n", BENCH_MAX_BATCH);
+                rc = -1;
+            }
             break;
         case 'a':
             if (strcmp(optarg, "q8") == 0) {
@@ -202,6 +214,68 @@ static int measure_roofs(int threads, struct bench_result *r)
 
 /* --reps rounds of: a fresh sequence, the prompt in one forward call, then
  * o->gen greedy tokens one call each. */
+/* --batch N: N sequences holding the prompt (prefilled once, copied), decoded
+ * greedily as one batch per step (eng_seqs_*, what the worker does for N streams
+ * on the cpu): tokens/s of all of them together, median over the reps. */
+static int bench_batch(eng_model *m, const struct bench_opts *o, const int32_t *prompt,
+                       double *td, struct bench_result *r)
+{
+    int n_vocab = eng_model_get_info(m)->hp.n_vocab, nl = eng_model_get_info(m)->hp.n_layers;
+    int nb = o->batch, rc = -1;
+    eng_seq *s[BENCH_MAX_BATCH] = {0};
+    float *logits[BENCH_MAX_BATCH] = {0};
+    int32_t tok[BENCH_MAX_BATCH];
+    const int32_t *toks[BENCH_MAX_BATCH];
+    int ones[BENCH_MAX_BATCH];
+    char err[256];
+    for (int i = 0; i < nb; i++) {
+        if (!(logits[i] = malloc((size_t)n_vocab * sizeof(float)))) {
+            fprintf(stderr, "minicpmd-bench: out of memory\n");
+            goto out;
+        }
+        toks[i] = &tok[i];
+        ones[i] = 1;
+    }
+    for (int rep = 0; rep < o->reps; rep++) {
+        for (int i = 0; i < nb; i++)
+            if ((rc = eng_seq_new(m, o->prompt + o->gen, &s[i], err, sizeof err))) {
+                fprintf(stderr, "minicpmd-bench: batch sequence: %s\n", err);
+                goto out;
+            }
+        if ((rc = eng_seq_forward(s[0], prompt, o->prompt, logits[0])))
+            goto fail;
+        for (int i = 1; i < nb; i++) {
+            if ((rc = eng_seq_copy_prefix(s[i], s[0], o->prompt)))
+                goto fail;
+            memcpy(logits[i], logits[0], (size_t)n_vocab * sizeof(float));
+        }
+        double t0 = ut_now_s();
+        for (int g = 0; g < o->gen; g++) {
+            for (int i = 0; i < nb; i++)
+                tok[i] = argmax(logits[i], n_vocab);
+            if ((rc = eng_seqs_embed(s, toks, ones, nb)) || (rc = eng_seq_layers(s[0], 0, nl)) ||
+                (rc = eng_seqs_head(s[0], logits)))
+                goto fail;
+        }
+        td[rep] = (double)o->gen * nb / (ut_now_s() - t0);
+        for (int i = 0; i < nb; i++) {
+            eng_seq_free(s[i]);
+            s[i] = NULL;
+        }
+    }
+    r->batch_tps = median(td, o->reps);
+    rc = 0;
+    goto out;
+fail:
+    fprintf(stderr, "minicpmd-bench: batch of %d: %s\n", nb, eng_seq_error(s[0]));
+out:
+    for (int i = 0; i < nb; i++) {
+        eng_seq_free(s[i]);
+        free(logits[i]);
+    }
+    return rc;
+}
+
 static int measure_model(eng_model *m, const struct bench_opts *o, struct bench_result *r)
 {
     const struct eng_model_info *info = eng_model_get_info(m);
@@ -261,6 +335,8 @@ static int measure_model(eng_model *m, const struct bench_opts *o, struct bench_
     }
     r->prefill_tps = median(tp, o->reps);
     r->decode_tps = median(td, o->reps);
+    if (o->batch > 1 && (rc = bench_batch(m, o, prompt, td, r)))
+        goto out;
     rc = 0;
 out:
     eng_seq_free(s);
@@ -315,6 +391,9 @@ static void report(const struct bench_opts *o, const struct eng_pack_info *pi,
     printf("per token       %.1f MB weights read, %.3f G MACs\n", bytes / 1e6, macs / 1e9);
     printf("decode          %8.2f tok/s  %7.2f GB/s  = %5.1f%% of %.2f GB/s read roof\n",
            r->decode_tps, gbs, 100 * gbs / r->roof_gbs, r->roof_gbs);
+    if (o->batch > 1)
+        printf("decode batch %-2d %8.2f tok/s  = %.2fx one sequence (all %d together)\n",
+               o->batch, r->batch_tps, r->batch_tps / r->decode_tps, o->batch);
     printf("prefill         %8.2f tok/s  %7.1f GMAC/s = %5.1f%% of %.1f GMAC/s %s roof\n",
            r->prefill_tps, gmacs, 100 * gmacs / roof_gmacs, roof_gmacs,
            o->act == ENG_ACT_Q8 ? "int8" : "f32 FMA");
