@@ -34,7 +34,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,20 +57,6 @@ struct job {
     int rep;                               /* K/V: each head repeated rep times */
 };
 
-static float f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 31, man = h & 1023;
-    float f;
-    if (exp == 0) {
-        f = ldexpf((float)man, -24);  /* zero or subnormal: exact */
-        return sign ? -f : f;
-    }
-    uint32_t u = exp == 31 ? sign | 0x7F800000u | man << 13
-                           : sign | (exp + 112) << 23 | man << 13;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 /* Element range [i0, i0 + n) of a BF16 / F16 / F32 tensor as floats (exact). */
 static void load_floats(const struct eng_st_tensor *t, int64_t i0, int64_t n, float *out)
 {
@@ -84,7 +69,7 @@ static void load_floats(const struct eng_st_tensor *t, int64_t i0, int64_t n, fl
             memcpy(&out[i], &u, sizeof u);
         } else {
             uint16_t h = (uint16_t)(e[0] | e[1] << 8);
-            out[i] = t->dtype == ENG_ST_BF16 ? q4nx_bf16_to_f32(h) : f16_to_f32(h);
+            out[i] = t->dtype == ENG_ST_BF16 ? q4nx_bf16_to_f32(h) : gguf_f16_to_f32(h);
         }
     }
 }

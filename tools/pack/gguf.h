@@ -111,6 +111,8 @@ void gguf_row_f32(const struct gguf_tensor *t, int64_t r, float *out);
  * Q4_1 block with m = -8 d (exact in float32): code q means (q - 8) d. */
 void gguf_row_q4(const struct gguf_tensor *t, int64_t r, uint8_t *q, float *d, float *m);
 
+/* IEEE binary16 widened to float, exactly (subnormals, inf and NaN kept); the
+ * one F16 conversion of the pack tools (GGUF rows and safetensors F16 tensors). */
 float gguf_f16_to_f32(uint16_t h);
 
 #endif
