@@ -13,7 +13,8 @@
  * Prefill matmul (int8 x, a batch of tokens): the VNNI kernel against the scalar
  * one with the same 1e-5 bound per (token, row), the AVX2 one bit for bit; the scalar matmul against the
  * scalar matvec token by token, and the batch quantizer against eng_q8x_quantize
- * row by row, bit for bit. */
+ * row by row, bit for bit. Batched decode on VBMI (n_tok up to ENG_GEMV_MAX_TOK):
+ * each token bit for bit the 1-token decode kernel's alone (batch invariance). */
 #include "engine/kernels/kernels-impl.h" /* the VBMI decode kernel, called directly */
 #include "engine/kernels/kernels.h"
 #include "tests/check.h"
@@ -529,6 +530,83 @@ MCD_TEST(kernels, q4_1_q8_matmul_empty)
     }
     q8_batch_free(&b);
     free(ch);
+}
+
+/* ---- batched decode on VBMI: batch invariance ------------------------------- */
+
+/* eng_matmul_q4_1_q8_rows on a VBMI CPU, n_tok = 1 .. ENG_GEMV_MAX_TOK + 1 (the
+ * few-token decode kernel, then the tile kernel past it): each token's y is
+ * bit for bit (memcmp, the sign of a zero included) the 1-token decode kernel's
+ * for that token alone, whole and in row ranges, nothing written outside them.
+ * A stream's greedy text is the same alone and batched because of exactly this.
+ * The few-token kernel called directly takes more tokens, in blocks (up to
+ * 2 * MAX + 1: two full blocks and a lone token). Tokens as in check_matmul: one
+ * all zeros (d = 0), one with a single huge value. */
+static void check_gemv_batch(int out, int in)
+{
+    enum { NT = 2 * ENG_GEMV_MAX_TOK + 1 };
+    rng_state = (uint64_t)out * 2654435761u + (uint64_t)in * 31;
+    uint8_t *ch = random_chunks(out, in);
+    int ldx = in + 1, ldy = out + 3;
+    size_t ny = (size_t)NT * ldy;
+    float *x = malloc((size_t)NT * ldx * sizeof *x);
+    float *want = malloc(ny * sizeof *want), *y = malloc(ny * sizeof *y);
+    cr_assert(x && want && y);
+    for (size_t i = 0; i < (size_t)NT * ldx; i++)
+        x[i] = rndf(-2.0f, 2.0f);
+    memset(x + ldx, 0, (size_t)in * sizeof *x);
+    x[2 * ldx + in / 2] = 1000.0f;
+    struct q8_batch b = q8_batch_new(in, NT);
+    eng_q8x_quantize_batch(&b.xq, x, ldx, in, NT);
+
+    fill_canary(want, ny);
+    for (int t = 0; t < NT; t++) {
+        struct eng_q8x r = q8_batch_row(&b, t);
+        eng__matvec_q4_1_q8_vbmi(ch, in, 0, out, &r, want + (size_t)t * ldy);
+    }
+
+    cr_assert_eq(eng_kernels_set_isa(ENG_ISA_AVX512), 0);
+    int mid = out >= 96 ? out - 32 : out;
+    int ranges[][2] = { { 0, out }, { 32, out }, { 32, mid }, { out - 32, out } };
+    for (int n_tok = 1; n_tok <= ENG_GEMV_MAX_TOK + 1; n_tok++)
+        for (int i = 0; i < 4; i++) {
+            if (ranges[i][0] >= ranges[i][1])
+                continue;
+            fill_canary(y, ny);
+            eng_matmul_q4_1_q8_rows(ch, in, ranges[i][0], ranges[i][1], &b.xq, n_tok, y, ldy);
+            check_rows("vbmi batch vs 1-token", y, want, NULL, out, in, n_tok, ldy, ranges[i][0],
+                       ranges[i][1]);
+        }
+    for (int n_tok = 1; n_tok <= NT; n_tok++) {
+        fill_canary(y, ny);
+        eng__matmul_q4_1_q8_vbmi_small(ch, in, 32 < out ? 32 : 0, out, &b.xq, n_tok, y, ldy);
+        check_rows("vbmi_small vs 1-token", y, want, NULL, out, in, n_tok, ldy, 32 < out ? 32 : 0,
+                   out);
+    }
+    /* The tile kernel, which serves larger batches: the same float ops per token
+     * (only the odd rows' d_x/16 scaling differs, exact here), so the same bits. */
+    fill_canary(y, ny);
+    eng__matmul_q4_1_q8_vnni(ch, in, 0, out, &b.xq, NT, y, ldy);
+    check_rows("vnni tile vs 1-token", y, want, NULL, out, in, NT, ldy, 0, out);
+
+    q8_batch_free(&b);
+    free(ch), free(x), free(want), free(y);
+}
+
+MCD_TEST(kernels, q4_1_q8_vbmi_batch_invariance)
+{
+    if (!eng_isa_has_vbmi()) {
+        cr_log_info("skipping the VBMI batch kernel: CPU lacks AVX-512 VBMI");
+        return;
+    }
+    check_gemv_batch(32, 7);
+    check_gemv_batch(64, 100);
+    check_gemv_batch(64, 300);
+    check_gemv_batch(96, 513);
+    check_gemv_batch(128, 768);
+    check_gemv_batch(256, 2048);
+    check_gemv_batch(2048, 2048);
+    check_gemv_batch(256, 6144);
 }
 
 /* ---- BF16 --------------------------------------------------------------------- */

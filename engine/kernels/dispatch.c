@@ -63,13 +63,18 @@ static const struct kern_table table_avx512_vnni = {
     .attn = eng__attn_gqa_avx512,
     .silu = eng__silu_mul_avx512,
 };
-/* With VBMI one token goes to the decode kernel (gemv-vbmi.c), a batch
- * to the tile kernel. */
+/* With VBMI one token goes to the decode kernel (gemv-vbmi.c), a decode batch of
+ * up to ENG_GEMV_MAX_TOK tokens (--parallel) to its few-token form, which streams
+ * the weights once for all of them and gives each token the 1-token kernel's
+ * result bit for bit; a prefill batch to the tile kernel, whose per-chunk unpack
+ * pays off only over many tokens. */
 static void matmul_q4_1_q8_vbmi(const uint8_t *chunks, int in, int row_begin, int row_end,
                                 const struct eng_q8x *xq, int n_tok, float *y, int ldy)
 {
     if (n_tok == 1)
         eng__matvec_q4_1_q8_vbmi(chunks, in, row_begin, row_end, xq, y);
+    else if (n_tok <= ENG_GEMV_MAX_TOK)
+        eng__matmul_q4_1_q8_vbmi_small(chunks, in, row_begin, row_end, xq, n_tok, y, ldy);
     else
         eng__matmul_q4_1_q8_vnni(chunks, in, row_begin, row_end, xq, n_tok, y, ldy);
 }

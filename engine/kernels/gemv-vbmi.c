@@ -125,3 +125,135 @@ void eng__matvec_q4_1_q8_vbmi(const uint8_t *chunks, int in, int row_begin, int 
         _mm512_storeu_ps(yr + 16, _mm512_permutex2var_ps(ye, il1, yo));
     }
 }
+
+/* ---- a few tokens in one pass: batched decode -----------------------------------
+ *
+ * With --parallel N the CPU forward pass decodes N sequences as one batch of N
+ * tokens. The tile kernel (gemm-avx512.c) unpacks every chunk for each call
+ * (~50 cycles a group), which at a handful of tokens costs more than their
+ * products. Here the kernel above serves T <= ENG_GEMV_MAX_TOK tokens in one pass
+ * over the weights: per group the 8 vpermb and 8 andnot are done once and feed
+ * all T tokens' vpdpbusd, each token with its own x broadcast, its own 4 int32
+ * accumulators for the group and its own 2 float accumulators for the row block.
+ * That is 6T registers: T = 4 leaves 8 of the 32 for the two loads, their high
+ * nibbles, x and the constants; T = 8 would spill accumulators every group.
+ *
+ * Batch invariance: per token and group the integer sums are exact (their order
+ * is free) and the float ops are the kernel above's in the same order, on the
+ * same inputs: each token's y is that kernel's for the token alone, bit for bit,
+ * so a sequence decodes the same text alone and batched. */
+
+/* A zeroed register by the zero idiom: see zero_i in gemm-avx512.c (4T of these
+ * per group, which GCC would otherwise copy from one zero, on vpdpbusd's ports). */
+static inline __m512i gv_zero(void)
+{
+    __m512i z;
+    __asm__ volatile("vpxord %0, %0, %0" : "=v"(z));
+    return z;
+}
+
+/* T tokens of eng__matmul_q4_1_q8_vbmi_small: T is a constant after inlining. */
+static inline __attribute__((always_inline)) void
+gv_small(const uint8_t *chunks, int in, int row_begin, int row_end, const struct eng_q8x *xq,
+         float *y, size_t ldy, const int T)
+{
+    const __m512i ix = _mm512_load_si512(gv_index);
+    const __m512i m4 = _mm512_set1_epi8(15), hi16 = _mm512_set1_epi32((int)0xFFFF0000u);
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
+    const __m512i il0 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i il1 = _mm512_add_epi32(il0, _mm512_set1_epi32(8));
+    int ncol = (in + ENG_Q4_1_COLS - 1) / ENG_Q4_1_COLS;
+    int ngroups = (in + ENG_Q4_1_GROUP - 1) / ENG_Q4_1_GROUP;
+    const uint8_t *end = chunks + (size_t)(row_end / ENG_Q4_1_ROWS) * ncol * ENG_Q4_1_CHUNK_BYTES;
+    /* token t's x, scales and sums: xs bytes and ss floats after token t-1's */
+    size_t xs = (size_t)eng_q8x_cols(in), ss = xs / ENG_Q4_1_GROUP;
+
+    for (int rb = row_begin / ENG_Q4_1_ROWS; rb < row_end / ENG_Q4_1_ROWS; rb++) {
+        __m512 ye[ENG_GEMV_MAX_TOK], yo[ENG_GEMV_MAX_TOK];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            ye[t] = _mm512_setzero_ps(), yo[t] = _mm512_setzero_ps();
+        for (int cb = 0; cb < ncol; cb++) {
+            const uint8_t *ch = chunks + ((size_t)rb * ncol + cb) * ENG_Q4_1_CHUNK_BYTES;
+            int ng = ngroups - cb * GV_GROUPS < GV_GROUPS ? ngroups - cb * GV_GROUPS : GV_GROUPS;
+            /* the 1-token kernel's prefetch: the weights stream from DRAM alike */
+            const uint8_t *pf = ch + GV_PREFETCH * ENG_Q4_1_CHUNK_BYTES;
+            int prefetch = pf + ENG_Q4_1_CHUNK_BYTES <= end;
+            for (int g = 0; g < ng; g++) {
+                int xg = cb * GV_GROUPS + g;
+                if (prefetch)
+                    for (int l = 0; l < ENG_Q4_1_CHUNK_BYTES / GV_GROUPS; l += 64)
+                        _mm_prefetch((const char *)pf + g * (ENG_Q4_1_CHUNK_BYTES / GV_GROUPS) + l,
+                                     _MM_HINT_T0);
+                const uint8_t *a = ch + 1024 + g * 256;
+                const int8_t *xc = xq->q + (size_t)xg * ENG_Q4_1_GROUP;
+                __m512i f0[ENG_GEMV_MAX_TOK], o0[ENG_GEMV_MAX_TOK];
+                __m512i f1[ENG_GEMV_MAX_TOK], o1[ENG_GEMV_MAX_TOK];
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++)
+                    f0[t] = gv_zero(), o0[t] = gv_zero(), f1[t] = gv_zero(), o1[t] = gv_zero();
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) {
+                    const uint8_t *aj = a + 64 * j;
+                    __m512i v0 = _mm512_permutexvar_epi8(ix, _mm512_loadu_si512(aj));
+                    __m512i v1 = _mm512_permutexvar_epi8(ix, _mm512_loadu_si512(aj + GV_HALF));
+                    __m512i h0 = _mm512_andnot_si512(m4, v0), h1 = _mm512_andnot_si512(m4, v1);
+#pragma GCC unroll 4
+                    for (int t = 0; t < T; t++) {
+                        __m512i xj = gv_bcast8(xc + t * xs + 8 * j);
+                        f0[t] = _mm512_dpbusd_epi32(f0[t], v0, xj);
+                        o0[t] = _mm512_dpbusd_epi32(o0[t], h0, xj);
+                        f1[t] = _mm512_dpbusd_epi32(f1[t], v1, xj);
+                        o1[t] = _mm512_dpbusd_epi32(o1[t], h1, xj);
+                    }
+                }
+                __m512i sd = _mm512_loadu_si512(ch + g * 64);
+                __m512i sm = _mm512_loadu_si512(ch + 512 + g * 64);
+                __m512 de = _mm512_castsi512_ps(_mm512_slli_epi32(sd, 16));
+                __m512 dod = _mm512_castsi512_ps(_mm512_and_si512(sd, hi16));
+                __m512 me = _mm512_castsi512_ps(_mm512_slli_epi32(sm, 16));
+                __m512 mo = _mm512_castsi512_ps(_mm512_and_si512(sm, hi16));
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) {
+                    __m512i so = gv_fold(o0[t], o1[t], ev, od);
+                    __m512i se = _mm512_sub_epi32(gv_fold(f0[t], f1[t], ev, od), so);
+                    float d = xq->d[t * ss + xg];
+                    __m512 dx = _mm512_set1_ps(d), dx16 = _mm512_set1_ps(d * 0.0625f);
+                    __m512 sx = _mm512_set1_ps(xq->sum[t * ss + xg]);
+                    __m512 ae = _mm512_cvtepi32_ps(se), ao = _mm512_cvtepi32_ps(so);
+                    ye[t] = _mm512_fmadd_ps(_mm512_mul_ps(de, dx), ae, ye[t]);
+                    ye[t] = _mm512_fmadd_ps(me, sx, ye[t]);
+                    yo[t] = _mm512_fmadd_ps(_mm512_mul_ps(dod, dx16), ao, yo[t]);
+                    yo[t] = _mm512_fmadd_ps(mo, sx, yo[t]);
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            float *yr = y + (size_t)t * ldy + (size_t)rb * ENG_Q4_1_ROWS;
+            _mm512_storeu_ps(yr, _mm512_permutex2var_ps(ye[t], il0, yo[t]));
+            _mm512_storeu_ps(yr + 16, _mm512_permutex2var_ps(ye[t], il1, yo[t]));
+        }
+    }
+}
+
+/* Tokens in blocks of ENG_GEMV_MAX_TOK, each one pass over the weights; a lone
+ * last token goes to the 1-token kernel (the same result: see above). The
+ * dispatcher sends 2 .. ENG_GEMV_MAX_TOK tokens here, more to the tile kernel. */
+void eng__matmul_q4_1_q8_vbmi_small(const uint8_t *chunks, int in, int row_begin, int row_end,
+                                    const struct eng_q8x *xq, int n_tok, float *y, int ldy)
+{
+    _Static_assert(ENG_GEMV_MAX_TOK == 4, "the switch below instantiates T = 2, 3, 4");
+    size_t l = (size_t)ldy;
+    for (int t = 0; t < n_tok; t += ENG_GEMV_MAX_TOK) {
+        struct eng_q8x r = kern_q8x_row(xq, in, t);
+        float *yt = y + (size_t)t * l;
+        switch (n_tok - t) {
+        case 1: eng__matvec_q4_1_q8_vbmi(chunks, in, row_begin, row_end, &r, yt); break;
+        case 2: gv_small(chunks, in, row_begin, row_end, &r, yt, l, 2); break;
+        case 3: gv_small(chunks, in, row_begin, row_end, &r, yt, l, 3); break;
+        default: gv_small(chunks, in, row_begin, row_end, &r, yt, l, 4); break;
+        }
+    }
+}

@@ -37,8 +37,8 @@ enum eng_isa eng_isa_detect(void);
 
 /* Whether this CPU has AVX-512 VNNI (the int8 kernels' choice, dispatch.c). */
 int eng_isa_has_vnni(void);
-/* Whether it also has AVX-512 VBMI (then one token of eng_matmul_q4_1_q8_rows
- * and eng_matvec_q4_1_q8_rows run on the decode kernel). */
+/* Whether it also has AVX-512 VBMI (then eng_matvec_q4_1_q8_rows, and
+ * eng_matmul_q4_1_q8_rows up to a few tokens, run on the decode kernel). */
 int eng_isa_has_vbmi(void);
 
 /* Force the kernels onto `isa` (tests, benchmarks). Returns 0, or -1 (and
@@ -111,8 +111,9 @@ void eng_q8x_quantize_batch(const struct eng_q8x *xq, const float *x, int ldx, i
  * integer arithmetic as eng_matvec_q4_1_q8_rows per token (so the same answer up
  * to float summation order), but each weight chunk is unpacked once and used for
  * a block of tokens: compute-bound instead of bandwidth-bound. The AVX-512 VNNI
- * tile kernel (one token on a VBMI CPU: the decode kernel), else the AVX2 one
- * (ENG_ISA_AVX2), else scalar (dispatch.c). */
+ * tile kernel (on a VBMI CPU, up to 4 tokens run on the decode kernel instead,
+ * each token's result bit for bit its eng_matvec_q4_1_q8_rows one), else the AVX2
+ * one (ENG_ISA_AVX2), else scalar (dispatch.c). */
 void eng_matmul_q4_1_q8_rows(const uint8_t *chunks, int in, int row_begin, int row_end,
                              const struct eng_q8x *xq, int n_tok, float *y, int ldy);
 
