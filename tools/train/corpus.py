@@ -127,16 +127,40 @@ def person(r, held):
             return c
 
 
+def working(a, op, b):
+    """The sum worked in columns, units first, as a small model can follow it
+    one digit at a time: "8 + 3 = 11. 4 + 1 + 1 = 6. 48 + 13 = 61." For a
+    difference below zero it works B - A and negates."""
+    if a < 10 and b < 10 and (op == "+" or a >= b):
+        return f"{a} {op} {b} = {a + b if op == '+' else a - b}."
+    if op == "+":
+        u = a % 10 + b % 10
+        steps = [f"{a % 10} + {b % 10} = {u}."]
+        if a >= 10 or b >= 10:
+            steps.append(f"{a // 10} + {b // 10} + {u // 10} = {a // 10 + b // 10 + u // 10}.")
+        return " ".join(steps + [f"{a} + {b} = {a + b}."])
+    hi, lo, steps = a, b, []
+    if a < b:
+        hi, lo = b, a
+        steps.append(f"{b} > {a}, so {a} - {b} = -({b} - {a}).")
+    borrow = hi % 10 < lo % 10
+    steps.append(f"{hi % 10 + 10 * borrow} - {lo % 10} = {hi % 10 + 10 * borrow - lo % 10}.")
+    if hi >= 10:
+        steps.append(f"{hi // 10} - {lo // 10} - {int(borrow)} = {hi // 10 - lo // 10 - borrow}.")
+    return " ".join(steps + [f"{a} - {b} = {a - b}."])
+
+
 def arith(r, held):
+    """(question, answer, reasoning, result): the answer without thinking
+    carries the working; with thinking the working is the reasoning and the
+    answer is the last line."""
     while True:
         a, b = r.randint(0, 99), r.randint(0, 99)
         op = r.choice("+-")
         q = f"What is {a} {op} {b}?"
         if heldout(q) == held:
             c = a + b if op == "+" else a - b
-            ans = f"{a} {op} {b} = {c}."
-            why = f"The user asks for {a} {op} {b}. {a} {op} {b} = {c}."
-            return q, ans, why, c
+            return q, working(a, op, b), working(a, op, b), c
 
 
 def echo_words(r, held, pseudo=0.0):
@@ -161,9 +185,10 @@ def temp(r):
 class Gen:
     """Conversations for training (held=False) or evaluation (held=True)."""
 
-    def __init__(self, seed, held=False):
+    def __init__(self, seed, held=False, copy=False):
         self.r = random.Random(seed)
         self.held = held
+        self.copy = copy     # only the copying skills (echo, the call, JSON): the warm-up
 
     def mode(self):
         k = self.r.random()
@@ -179,7 +204,7 @@ class Gen:
         msgs = []
         n = 0 if self.r.random() < 0.85 else self.r.randint(1, 2)
         for _ in range(n):
-            u, a, _w = self.simple()
+            u, a, _w, _t = self.simple()
             msgs += [{"role": "user", "content": u}, {"role": "assistant", "content": a}]
         return msgs
 
@@ -187,17 +212,17 @@ class Gen:
         r, held = self.r, self.held
         k = r.random()
         if k < 0.55:
-            q, a, w, _ = arith(r, held)
-            return q, a, w
+            q, a, w, c = arith(r, held)
+            return q, a, w, q[8:-1] + f" = {c}."
         if k < 0.75:
             s = echo_words(r, held, pseudo=0.0 if held else 0.25)
-            return f"Repeat after me: {s}", s, "The user wants me to repeat the words exactly."
+            return f"Repeat after me: {s}", s, "The user wants me to repeat the words exactly.", s
         if k < 0.93:
             q, name, age = json_task(r, held)
-            return (q, '{"name": "%s", "age": %d}' % (name, age),
-                    f"A JSON object with the name {name} and the age {age}.")
+            a = '{"name": "%s", "age": %d}' % (name, age)
+            return q, a, f"A JSON object with the name {name} and the age {age}.", a
         u, a = r.choice(CHAT)
-        return u, a, "A short friendly answer."
+        return u, a, "A short friendly answer.", a
 
     def tools(self):
         r = self.r
@@ -212,13 +237,29 @@ class Gen:
         r = self.r
         k = r.random()
         mode = self.mode()
+        if self.copy:
+            if k < 0.5:
+                s = echo_words(r, self.held, pseudo=0.5)
+                msgs = [{"role": "user", "content": f"Repeat after me: {s}"},
+                        {"role": "assistant", "content": s}]
+                if mode:
+                    msgs[1]["reasoning_content"] = "The user wants me to repeat the words exactly."
+                return msgs, None, mode, [1]
+            if k < 0.7:
+                q, name, age = json_task(r, self.held)
+                msgs = [{"role": "user", "content": q},
+                        {"role": "assistant", "content": '{"name": "%s", "age": %d}' % (name, age)}]
+                if mode:
+                    msgs[1]["reasoning_content"] = f"A JSON object with the name {name} and the age {age}."
+                return msgs, None, mode, [1]
+            k = 0.6
         if k < 0.55:                                   # arithmetic, echo, JSON, chat
-            u, a, why = self.simple()
+            u, a, why, a_think = self.simple()
             msgs = self.system(self.history() + [{"role": "user", "content": u}])
             tools = self.tools() if r.random() < 0.08 else None
             last = {"role": "assistant", "content": a}
             if mode:
-                last["reasoning_content"] = why
+                last = {"role": "assistant", "content": a_think, "reasoning_content": why}
             msgs.append(last)
             return msgs, tools, mode, [len(msgs) - 1]
         c = city(r, self.held)
