@@ -102,12 +102,14 @@ def main():
     ap.add_argument("--batch-tokens", type=int, default=3072)
     ap.add_argument("--examples", type=int, default=5000)
     ap.add_argument("--tied-init", action="store_true")
+    ap.add_argument("--space-merges", type=int, default=0)
+    ap.add_argument("--space-init", action="store_true")
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
     tpl = render.load()
-    tk = T.build_tokenizer(1001, 6000, 2048, tpl, not a.whole_word_merges)
+    tk = T.build_tokenizer(1001, 6000, 2048, tpl, not a.whole_word_merges, a.space_merges)
     data, prefixes = T.build_dataset(tk, tpl, 1002, a.examples, copy=True)
     g = corpus.Gen(77, held=True, copy=True)
     held = [held_example(tk, tpl, *g.example()) for _ in range(150)]
@@ -115,6 +117,8 @@ def main():
     if a.tied_init:
         with torch.no_grad():
             model.lm_head.weight.copy_(model.model.embed_tokens.weight)
+    if a.space_init:
+        T.space_init(model, tk)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.1)
     it = T.batches(data, a.batch_tokens, random.Random(1))
     t0, seen = time.time(), 0

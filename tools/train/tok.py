@@ -198,6 +198,13 @@ class Tokenizer:
                 bs += bytes(U2BYTE[c] for c in self.id2tok[i])
         return bs.decode("utf-8", errors="replace")
 
+    def space_pairs(self):
+        """[(id of " " + piece, id of piece)]: the space merges' tokens and the
+        pieces they start with."""
+        sp = BYTE2U[32]
+        return [(self.vocab[a + b], self.vocab[b]) for a, b in self.merges
+                if a == sp and b.isascii() and b.isalpha() and a + b in self.vocab]
+
     # ---- tokenizer.json -------------------------------------------------------
     def to_json(self):
         added = []
@@ -253,13 +260,19 @@ class Tokenizer:
         return cls(vocab, merges, ids["<|im_start|>"], size)
 
 
-def train_bpe(texts, vocab_size, n_high=len(HIGH_ADDED), split_words=True):
+def train_bpe(texts, vocab_size, n_high=len(HIGH_ADDED), split_words=True, space_merges=0):
     """Classic BPE over the pre-tokens of `texts` (plain text, no added tokens).
     Merges of pieces containing a digit are never made. Ties: the pair seen first.
     split_words: a merge never joins letters with non-letters, so a word is spelled
     with the same tokens wherever it stands (" Paris", "\"Paris", ">Paris" all end
-    in the tokens of "Paris"): copying a name or a word is copying tokens."""
-    n_bpe = vocab_size - N_LOW - 2 - n_high
+    in the tokens of "Paris"): copying a name or a word is copying tokens.
+    space_merges (with split_words): then up to this many merges of a space with
+    a word's first piece, ranked after every other merge, so " Paris" is
+    " Par" + "is" where "Paris" is "Par" + "is": a word keeps its pieces but
+    the first, and the space no longer stands alone between words (a space
+    token between words makes copying the next word depend on the two tokens
+    before it, which the small model did not learn; see README)."""
+    n_bpe = vocab_size - N_LOW - 2 - n_high - (space_merges if split_words else 0)
     counts = collections.Counter()
     for t in texts:
         counts.update(pretokenize(t))
@@ -314,6 +327,14 @@ def train_bpe(texts, vocab_size, n_high=len(HIGH_ADDED), split_words=True):
                     pair_count[(x, y)] += freq[wi]
                     where[(x, y)].add(wi)
         pair_count.pop((a, b), None)
+    if split_words and space_merges:
+        firsts = collections.Counter()
+        for w, f in zip(words, freq):
+            if len(w) > 1 and w[0] == BYTE2U[32] and kind(w[1]) == "L":
+                firsts[w[1]] += f
+        for p, _ in firsts.most_common(space_merges):
+            merges.append((BYTE2U[32], p))
+            vocab[BYTE2U[32] + p] = N_LOW + len(vocab)
     im_start = N_LOW + len(vocab)
     # Unused BPE slots (small corpus): im_start moves down, reserved tokens fill up.
     return Tokenizer(vocab, merges, im_start, vocab_size)
