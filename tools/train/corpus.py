@@ -185,10 +185,11 @@ def temp(r):
 class Gen:
     """Conversations for training (held=False) or evaluation (held=True)."""
 
-    def __init__(self, seed, held=False, copy=False):
+    def __init__(self, seed, held=False, copy=False, arith=0.0):
         self.r = random.Random(seed)
         self.held = held
         self.copy = copy     # only the copying skills (echo, the call, JSON): the warm-up
+        self.arith = arith   # this share of the conversations more is arithmetic
 
     def mode(self):
         k = self.r.random()
@@ -208,9 +209,9 @@ class Gen:
             msgs += [{"role": "user", "content": u}, {"role": "assistant", "content": a}]
         return msgs
 
-    def simple(self):
+    def simple(self, arith=False):
         r, held = self.r, self.held
-        k = r.random()
+        k = 0.0 if arith else r.random()
         if k < 0.55:
             q, a, w, c = arith(r, held)
             return q, a, w, q[8:-1] + f" = {c}."
@@ -235,7 +236,8 @@ class Gen:
     def example(self):
         """(messages, tools, enable_thinking, indices of trained assistant turns)."""
         r = self.r
-        k = r.random()
+        arith = bool(self.arith) and r.random() < self.arith
+        k = 0.0 if arith else r.random()
         mode = self.mode()
         if self.copy:
             if k < 0.5:
@@ -254,7 +256,7 @@ class Gen:
                 return msgs, None, mode, [1]
             k = 0.6
         if k < 0.55:                                   # arithmetic, echo, JSON, chat
-            u, a, why, a_think = self.simple()
+            u, a, why, a_think = self.simple(arith)
             msgs = self.system(self.history() + [{"role": "user", "content": u}])
             tools = self.tools() if r.random() < 0.08 else None
             last = {"role": "assistant", "content": a}

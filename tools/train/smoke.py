@@ -77,7 +77,8 @@ def main():
     hf, q4 = os.path.join(work, "hf"), os.path.join(work, "q4nx")
     out = run("/usr/bin/python3", os.path.join(HERE, "train.py"), "--out", hf, "--preset",
               "smoke", "--steps", "6", "--batch-tokens", "1024", "--examples", "300",
-              "--tok-examples", "300", "--eval-every", "0", "--qat-frac", "0.5")
+              "--tok-examples", "300", "--eval-every", "0", "--qat-frac", "0.5",
+              "--space-merges", "60", "--space-init", "--induction-init")
     print(out.decode().rstrip())
     for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
               "generation_config.json", "chat_template.jinja"):

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Trains minicpmd's demo model from nothing: tokenizer, corpus, model, export.
 
-    /usr/bin/python3 tools/train/train.py --out models/minicpm5-demo
+    /usr/bin/python3 tools/train/train.py --out DIR [options]   (the recipe: train.sh)
 
 One command, fixed seed, CPU only (Debian's python3-torch, python3-numpy,
 python3-jinja2). See tools/train/README.md."""
@@ -22,14 +22,15 @@ import corpus  # noqa: E402
 import export  # noqa: E402
 import render  # noqa: E402
 import tok as tokmod  # noqa: E402
+import wiring  # noqa: E402
 from model import Config, Linear, LlamaForCausalLM  # noqa: E402
 
 PRESETS = {
     # hidden, layers, heads, kv heads, head_dim, ffn, vocab
-    "demo": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+    "demo": dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=64, intermediate_size=768, vocab_size=2048),
-    "smoke": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                  num_key_value_heads=1, head_dim=32, intermediate_size=128, vocab_size=512),
+    "smoke": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, intermediate_size=128, vocab_size=512),
 }
 ADDED_RE = re.compile(r"<\|im_start\|>|<\|im_end\|>|<s>|</s>|<think>|</think>|<tools>|"
                       r"</tools>|<tool_response>|</tool_response>|<function|</function>|"
@@ -40,13 +41,27 @@ def log(*a):
     print(time.strftime("%H:%M:%S"), *a, flush=True)
 
 
-def build_tokenizer(seed, n, vocab_size, tpl, split_words=True):
+def build_tokenizer(seed, n, vocab_size, tpl, split_words=True, space_merges=0):
     g = corpus.Gen(seed)
     texts = []
     for _ in range(n):
         msgs, tools, _mode, _ = g.example()
         texts.extend(s for s in ADDED_RE.split(render.render(tpl, msgs, tools)) if s)
-    return tokmod.train_bpe(texts, vocab_size, split_words=split_words)
+    return tokmod.train_bpe(texts, vocab_size, split_words=split_words,
+                            space_merges=space_merges)
+
+
+def space_init(model, tk):
+    """Start each " piece" token's embedding (and head row) as the sum of the
+    space's and the piece's, renormalised, so a word's first piece looks alike
+    with and without its space from step one: the echoed first word, the city
+    and the name are copied from " X" in the prompt to "X" in the answer."""
+    sp = tk.vocab[tokmod.BYTE2U[32]]
+    with torch.no_grad():
+        for w in (model.model.embed_tokens.weight, model.lm_head.weight):
+            for t, p in tk.space_pairs():
+                v = w[p] + w[sp]
+                w[t] = v * (w[p].norm() / v.norm())
 
 
 def encode_example(tk, tpl, msgs, tools, mode, train_idx):
@@ -70,11 +85,11 @@ def encode_example(tk, tpl, msgs, tools, mode, train_idx):
     return ids, mask
 
 
-def build_dataset(tk, tpl, seed, n, copy=False):
+def build_dataset(tk, tpl, seed, n, copy=False, arith=0.0):
     """[(prefix index or -1, ids, mask)], prefixes: the system turn of the
     conversations with tools (the long tool preamble), shared in a batch so it
     is computed once per batch rather than once per conversation."""
-    g = corpus.Gen(seed, copy=copy)
+    g = corpus.Gen(seed, copy=copy, arith=arith)
     data, prefixes, pindex = [], [], {}
     for _ in range(n):
         msgs, tools, mode, idx = g.example()
@@ -234,6 +249,15 @@ def main():
                     help="stage number: a different slice of the corpus (with --init)")
     ap.add_argument("--whole-word-merges", action="store_true",
                     help="let BPE merge letters with spaces and punctuation (\" the\")")
+    ap.add_argument("--space-merges", type=int, default=0,
+                    help="this many BPE slots for a space joined to a word's first piece")
+    ap.add_argument("--space-init", action="store_true",
+                    help="start \" piece\" embeddings as the space's plus the piece's")
+    ap.add_argument("--induction-init", action="store_true",
+                    help="start with a previous-token head and an induction head wired in "
+                         "(wiring.py; implies --tied-init)")
+    ap.add_argument("--arith-extra", type=float, default=0.0,
+                    help="this share of the conversations is arithmetic on top of the mix")
     ap.add_argument("--snapshots", action="store_true",
                     help="also write the checkpoint at every eval (OUT.stepN)")
     ap.add_argument("--tied-init", action="store_true",
@@ -258,10 +282,11 @@ def main():
         tk = tokmod.Tokenizer.load(os.path.join(a.init, "tokenizer.json"))
     else:
         tk = build_tokenizer(a.seed * 1000 + 1, a.tok_examples, pc["vocab_size"], tpl,
-                             not a.whole_word_merges)
+                             not a.whole_word_merges, a.space_merges)
     log(f"tokenizer: {len(tk.vocab)} BPE tokens, {len(tk.merges)} merges, "
         f"<|im_start|> = {tk.im_start} ({time.time() - t0:.0f} s)")
-    data, prefixes = build_dataset(tk, tpl, a.seed * 1000 + 2 + 7 * a.stage, a.examples)
+    data, prefixes = build_dataset(tk, tpl, a.seed * 1000 + 2 + 7 * a.stage, a.examples,
+                                   arith=a.arith_extra)
     ntok = sum(len(x) for _, x, _ in data)
     nlab = sum(sum(m) for _, _, m in data)
     log(f"corpus: {len(data)} conversations, {ntok} tokens past {len(prefixes)} shared "
@@ -272,7 +297,11 @@ def main():
         pc = dict(pc, num_hidden_layers=a.layers)
     cfg = Config(**pc)
     model = LlamaForCausalLM(cfg)
-    if a.tied_init:
+    if a.space_init:
+        space_init(model, tk)
+    if a.induction_init:
+        wiring.wire_induction(model)
+    if a.tied_init or a.induction_init:
         with torch.no_grad():
             model.lm_head.weight.copy_(model.model.embed_tokens.weight)
     if a.init:
@@ -329,7 +358,8 @@ def main():
     train_s = time.time() - t0
     note = {"recipe": "tools/train/train.sh", "preset": a.preset, "seed": a.seed,
             "steps": a.steps, "batch_tokens": a.batch_tokens, "lr": a.lr,
-            "examples": a.examples, "qat_frac": a.qat_frac, "init": a.init, "stage": a.stage, "parameters": nparam,
+            "examples": a.examples, "qat_frac": a.qat_frac, "space_merges": a.space_merges,
+            "induction_init": a.induction_init, "arith_extra": a.arith_extra, "layers": pc["num_hidden_layers"], "init": a.init, "stage": a.stage, "parameters": nparam,
             "train_seconds": round(train_s)}
     export.write_checkpoint(model, tk, a.out, note)
     log(f"wrote {a.out} ({train_s / 60:.1f} min in all)")
