@@ -1,0 +1,185 @@
+#!/usr/bin/python3
+"""Whole answers from the trained demo model (models/minicpm5-demo, converted to
+Q4NX by the build: MINICPMD_DEMO_PACK), over HTTP through the OpenAI Node SDK
+(tests/integration/skills.py): each skill on held-out instances at temperature
+0, and the same answers whatever path produced them — streamed or not, prompt
+cache on or off, the sim device replaying after its runlists time out — and
+nearly the same in f32 and from the BF16 checkpoint itself.
+
+The instances are fixed (seeds below), so a run is deterministic; skills.py with
+a fresh seed is how the README's figures were taken. Skips (exit 77) when the npm
+oracles are not installed (tools/deps.sh test)."""
+
+import math
+import os
+import shutil
+import sys
+
+sys.dont_write_bytecode = True
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from harness import Daemon, Skip, check, eq, run_main, stop_ok, test, wait_ready  # noqa: E402
+import skills  # noqa: E402
+
+ROOT = os.path.join(HERE, "..", "..")
+CHECKPOINT = os.path.join(ROOT, "models", "minicpm5-demo")
+N = 12                # instances per skill and test: 84 requests
+SEED = 13
+
+
+def demo_pack():
+    p = os.environ.get("MINICPMD_DEMO_PACK")
+    if not p or not os.path.isdir(p):
+        raise Skip("MINICPMD_DEMO_PACK is not set (meson test sets it to build/demo-pack)")
+    return os.path.abspath(p)
+
+
+def need_sdk():
+    if not os.path.isdir(os.path.join(ROOT, "tests", "oracle", "node_modules", "openai")):
+        raise Skip("tests/oracle/node_modules/openai is missing (tools/deps.sh test installs it)")
+    if not shutil.which("node"):
+        raise Skip("node is not installed")
+
+
+def serve(args=(), model=None):
+    d = Daemon(["--model", model or demo_pack(), "--device", "cpu"] + list(args))
+    d.start()
+    wait_ready(d, 30.0)
+    d.model_id = d.get("/v1/models").json()["data"][0]["id"]
+    return d
+
+
+def answers(args=(), insts=None, stream=False, model=None):
+    need_sdk()
+    d = serve(args, model)
+    try:
+        got = skills.ask(d.url("/v1"), d.model_id, insts, stream)
+    finally:
+        stop_ok(d)
+    for i, a in zip(insts, got):
+        check("error" not in a, "request %d (%s) failed: %s", i["id"], i["skill"], a.get("error"))
+    return got
+
+
+def report(insts, got, what):
+    sc = skills.score(insts, got)
+    print("%s: %s" % (what, ", ".join("%s %d/%d" % (k, a, b) for k, (a, b) in sc.items())))
+    for i, a in zip(insts, got):
+        if not skills.judge(i, a):
+            print("  wrong %s: %r -> %r" % (i["skill"], i["messages"][-1]["content"][:60],
+                                            a.get("content") or a.get("tool_calls")))
+    return sc
+
+
+def meets_targets(sc, what):
+    """Issue 13's bars, with one more miss allowed than the bar's own: the
+    instances are fixed, so this is deterministic on a host, and the slack keeps
+    one answer that another ISA's rounding tips from failing it. The README's
+    figures are the full measurement (skills.py, fresh seeds, 200 per skill)."""
+    for k, (ok, n) in sc.items():
+        allowed = math.ceil((1 - skills.TARGETS[k]) * n - 1e-9) + 1
+        check(n - ok <= allowed, "%s: %s %d/%d: more than %d wrong (bar %.0f %%)", what, k, ok,
+              n, allowed, 100 * skills.TARGETS[k])
+
+
+def same(a, b, what):
+    """Answer lists a and b agree (content, reasoning, calls, finish reason)."""
+    key = lambda x: (x["content"], x["reasoning"], x["tool_calls"], x["finish_reason"])  # noqa: E731
+    diff = [i for i, (x, y) in enumerate(zip(a, b)) if key(x) != key(y)]
+    return diff
+
+
+INSTS = skills.instances(SEED, N)
+
+
+@test
+def skills_cpu_int8():
+    """The served default (Q4NX, int8 matmul inputs) meets issue 13's bars on 40
+    held-out instances of each skill."""
+    insts = skills.instances(SEED + 1, 40)
+    got = answers([], insts)
+    meets_targets(report(insts, got, "cpu int8"), "cpu int8")
+
+
+@test
+def skills_streamed_equal():
+    """Streamed through the SDK, the answers are the same as whole."""
+    whole = answers([], INSTS)
+    streamed = answers([], INSTS, stream=True)
+    report(INSTS, streamed, "streamed")
+    diff = same(whole, streamed, "streamed")
+    check(not diff, "streamed answers differ from whole ones at %s: %r vs %r", diff[:5],
+          streamed[diff[0]] if diff else None, whole[diff[0]] if diff else None)
+
+
+@test
+def skills_prompt_cache_off_equal():
+    """The prompt cache (on by default) changes no answer: the requests share
+    prefixes (the tool preamble, the weather question before its follow-up)."""
+    on = answers([], INSTS)
+    off = answers(["--prompt-cache=false"], INSTS)
+    diff = same(on, off, "cache")
+    check(not diff, "answers differ with the prompt cache off at %s", diff[:5])
+
+
+@test
+def skills_sim_replay_equal():
+    """The sim device with one layer per runlist allowed: the first decode runlist
+    times out, auto K falls back and replays the KV; every answer is the cpu's."""
+    cpu = answers([], INSTS)
+    sim = answers(["--device", "sim", "--sim-runlist-limit", "1", "--runlist-layers", "auto",
+                   "--sim-timeout-ms", "50"], INSTS)
+    report(INSTS, sim, "sim")
+    diff = same(cpu, sim, "sim")
+    check(not diff, "sim answers differ from cpu ones at %s: %r vs %r", diff[:5],
+          sim[diff[0]] if diff else None, cpu[diff[0]] if diff else None)
+
+
+@test
+def skills_f32_agrees():
+    """Exact f32 matmul inputs: the bars hold and >= 95 % of answers are int8's."""
+    int8 = answers([], INSTS)
+    f32 = answers(["--precision", "f32"], INSTS)
+    meets_targets(report(INSTS, f32, "f32"), "f32")
+    diff = same(int8, f32, "f32")
+    check(len(diff) <= 0.05 * len(INSTS), "f32 and int8 differ on %d of %d answers",
+          len(diff), len(INSTS))
+
+
+@test
+def skills_bf16_checkpoint_agrees():
+    """The BF16 checkpoint itself (the HF path, no quantization) and the Q4NX pack
+    give the same answer to >= 95 % of the skill prompts."""
+    if not os.path.isfile(os.path.join(CHECKPOINT, "model.safetensors")):
+        raise Skip("models/minicpm5-demo is not in this checkout")
+    q4 = answers([], INSTS)
+    bf16 = answers(["--precision", "f32"], INSTS, model=CHECKPOINT)
+    report(INSTS, bf16, "bf16")
+    diff = same(q4, bf16, "bf16")
+    print("BF16 vs Q4NX: %d of %d answers differ" % (len(diff), len(INSTS)))
+    check(len(diff) <= 0.05 * len(INSTS), "BF16 and Q4NX differ on %d of %d answers",
+          len(diff), len(INSTS))
+
+
+@test
+def quickstart_answer():
+    """The README's first request, on the daemon's own default (no --model): the
+    build's demo pack, id minicpm5-demo, answers 42."""
+    demo_pack()
+    d = Daemon(["--device", "cpu"])
+    del d.env["MINICPMD_MODEL"]        # let it find the build's demo pack
+    d.start()
+    wait_ready(d, 30.0)
+    r = d.post("/v1/chat/completions", data=(
+        b'{"model":"minicpm5-demo","messages":[{"role":"user","content":"What is 12 + 30?"}]}'),
+        headers={"Content-Type": "application/json"})
+    eq(r.status, 200, "status")
+    content = r.json()["choices"][0]["message"]["content"]
+    print("What is 12 + 30? ->", repr(content))
+    check(skills.ints(content)[-1:] == [42], "no 42 at the end of %r", content)
+    stop_ok(d)
+
+
+if __name__ == "__main__":
+    run_main()
