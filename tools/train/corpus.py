@@ -209,9 +209,9 @@ class Gen:
             msgs += [{"role": "user", "content": u}, {"role": "assistant", "content": a}]
         return msgs
 
-    def simple(self, arith=False):
+    def simple(self, force_arith=False):
         r, held = self.r, self.held
-        k = 0.0 if arith else r.random()
+        k = 0.0 if force_arith else r.random()
         if k < 0.55:
             q, a, w, c = arith(r, held)
             return q, a, w, q[8:-1] + f" = {c}."
@@ -236,8 +236,8 @@ class Gen:
     def example(self):
         """(messages, tools, enable_thinking, indices of trained assistant turns)."""
         r = self.r
-        arith = bool(self.arith) and r.random() < self.arith
-        k = 0.0 if arith else r.random()
+        force = bool(self.arith) and r.random() < self.arith
+        k = 0.0 if force else r.random()
         mode = self.mode()
         if self.copy:
             if k < 0.5:
@@ -256,7 +256,7 @@ class Gen:
                 return msgs, None, mode, [1]
             k = 0.6
         if k < 0.55:                                   # arithmetic, echo, JSON, chat
-            u, a, why, a_think = self.simple(arith)
+            u, a, why, a_think = self.simple(force)
             msgs = self.system(self.history() + [{"role": "user", "content": u}])
             tools = self.tools() if r.random() < 0.08 else None
             last = {"role": "assistant", "content": a}
