@@ -132,6 +132,9 @@ def main():
     ap.add_argument("--stream", action="store_true")
     ap.add_argument("--json", action="store_true", help="also print every answer")
     ap.add_argument("--show-wrong", action="store_true")
+    ap.add_argument("--against", metavar="URL",
+                    help="also ask this server (e.g. the BF16 checkpoint) and count the "
+                         "answers that differ")
     a = ap.parse_args()
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1 << 31)
     insts = instances(seed, a.n)
@@ -143,6 +146,14 @@ def main():
     print(f"seed {seed}, {a.n} per skill{', streamed' if a.stream else ''}")
     for k, (ok, n) in score(insts, answers).items():
         print(f"{k:10s} {ok:4d}/{n:<4d} {100.0 * ok / n:5.1f} %  (target {TARGETS[k]:.0%})")
+    if a.against:
+        other = ask(a.against, a.model, insts, a.stream)
+        key = lambda x: (x.get("content"), x.get("reasoning"), x.get("tool_calls"))  # noqa: E731
+        same = sum(key(x) == key(y) for x, y in zip(answers, other))
+        print(f"against {a.against}: {same}/{len(insts)} answers the same "
+              f"({100.0 * same / len(insts):.1f} %)")
+        for k, (ok, n) in score(insts, other).items():
+            print(f"  {k:10s} {ok:4d}/{n:<4d} {100.0 * ok / n:5.1f} %")
 
 
 if __name__ == "__main__":
