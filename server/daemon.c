@@ -186,8 +186,9 @@ static int start_loading(struct daemon *d)
     log_info("loading model %s from %s (%s)", d->app.model->id, d->app.model->path,
              cfg_model_source_name(d->app.model->source));
     if (d->app.model->source == CFG_MODEL_EMBEDDED)
-        log_warn("no model configured or found: serving the built-in demo pack %s (random "
-                 "weights: it answers, but not sensibly; use --model PATH|TAG for a real one)",
+        log_warn("no model configured or found: serving the built-in demo pack %s (a 2.6 M "
+                 "parameter model that only adds, subtracts, repeats words, calls a weather "
+                 "tool and writes small JSON; use --model PATH|TAG for a real one)",
                  d->app.model->id);
     srv_sd_notifyf("STATUS=loading model %s\nEXTEND_TIMEOUT_USEC=%llu", d->app.model->id,
                    (unsigned long long)EXTEND_USEC);

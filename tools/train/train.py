@@ -359,7 +359,8 @@ def main():
     note = {"recipe": "tools/train/train.sh", "preset": a.preset, "seed": a.seed,
             "steps": a.steps, "batch_tokens": a.batch_tokens, "lr": a.lr,
             "examples": a.examples, "qat_frac": a.qat_frac, "space_merges": a.space_merges,
-            "induction_init": a.induction_init, "arith_extra": a.arith_extra, "layers": pc["num_hidden_layers"], "init": a.init, "stage": a.stage, "parameters": nparam,
+            "induction_init": a.induction_init, "arith_extra": a.arith_extra,
+            "copy_warmup": a.copy_warmup, "copy_mix": a.copy_mix, "layers": pc["num_hidden_layers"], "init": a.init, "stage": a.stage, "parameters": nparam,
             "train_seconds": round(train_s)}
     export.write_checkpoint(model, tk, a.out, note)
     log(f"wrote {a.out} ({train_s / 60:.1f} min in all)")
