@@ -30,7 +30,6 @@ import math
 import torch
 
 
-
 def _fit_prev_token(cfg, pairs, n=512, steps=400):
     """Constant query and key vectors (head_dim) whose RoPE score peaks one
     position back, for every distance up to n."""
@@ -70,6 +69,11 @@ def _fit_prev_token(cfg, pairs, n=512, steps=400):
 
 @torch.no_grad()
 def wire_induction(model, gain=3.0, write=0.12, emb_std=0.08, out=16.0, seed=0):
+    """Wire the circuit into a freshly initialised model, in place; returns the
+    layer-1 query head used. gain: the induction query's scale (a match scores
+    about 4 * gain); write: how strongly the previous token is written; emb_std:
+    the embedding's new scale; out: the copied token's strength in the stream.
+    Checked at step 0 on a repeated random string (README: 96-98 % copied)."""
     cfg = model.cfg
     E, D, H, K = cfg.hidden_size, cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads
     if cfg.num_hidden_layers < 2 or K < 2 or D < 16 or E < 4 * D:
@@ -118,7 +122,7 @@ def wire_induction(model, gain=3.0, write=0.12, emb_std=0.08, out=16.0, seed=0):
     a1.k_proj.weight[kvh * D:(kvh + 1) * D] = 0.0
     # the PREV entries at layer 1's norm are about write / rms of the stream
     a1.k_proj.weight[krows, PREV] = torch.eye(npv) * (rms / write)
-    # V: the attended token's embedding (64 random directions); O back to the stream.
+    # V: the attended token's embedding (D random directions); O back to the stream.
     P = torch.randn(D, E, generator=g) / math.sqrt(E)
     P[:, ~tok] = 0.0
     a1.v_proj.weight[kvh * D:(kvh + 1) * D] = P
