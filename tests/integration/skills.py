@@ -114,6 +114,14 @@ def ask(url, model, insts, stream=False, timeout=900):
     return [got.get(i["id"], {"error": "no answer"}) for i in insts]
 
 
+def differing(a, b):
+    """Indices where answer lists a and b differ (content, reasoning, calls,
+    finish reason)."""
+    key = lambda x: (x.get("content"), x.get("reasoning"), x.get("tool_calls"),  # noqa: E731
+                     x.get("finish_reason"), x.get("error"))
+    return [i for i, (x, y) in enumerate(zip(a, b)) if key(x) != key(y)]
+
+
 def score(insts, answers):
     """{skill: (right, asked)}."""
     s = {k: [0, 0] for k in SKILLS}
@@ -148,8 +156,7 @@ def main():
         print(f"{k:10s} {ok:4d}/{n:<4d} {100.0 * ok / n:5.1f} %  (target {TARGETS[k]:.0%})")
     if a.against:
         other = ask(a.against, a.model, insts, a.stream)
-        key = lambda x: (x.get("content"), x.get("reasoning"), x.get("tool_calls"))  # noqa: E731
-        same = sum(key(x) == key(y) for x, y in zip(answers, other))
+        same = len(insts) - len(differing(answers, other))
         print(f"against {a.against}: {same}/{len(insts)} answers the same "
               f"({100.0 * same / len(insts):.1f} %)")
         for k, (ok, n) in score(insts, other).items():

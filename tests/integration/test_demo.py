@@ -83,11 +83,17 @@ def meets_targets(sc, what):
               n, allowed, 100 * skills.TARGETS[k])
 
 
-def same(a, b, what):
-    """Answer lists a and b agree (content, reasoning, calls, finish reason)."""
-    key = lambda x: (x["content"], x["reasoning"], x["tool_calls"], x["finish_reason"])  # noqa: E731
-    diff = [i for i, (x, y) in enumerate(zip(a, b)) if key(x) != key(y)]
-    return diff
+def check_equal(a, b, what):
+    diff = skills.differing(a, b)
+    check(not diff, "%s differ at %s: %r vs %r", what, diff[:5],
+          a[diff[0]] if diff else None, b[diff[0]] if diff else None)
+
+
+def check_agree(a, b, what):
+    """At least 95 % of the answers the same (issue 13's bar for BF16 vs Q4NX)."""
+    diff = skills.differing(a, b)
+    print("%s: %d of %d answers differ" % (what, len(diff), len(a)))
+    check(len(diff) <= 0.05 * len(a), "%s: %d of %d answers differ", what, len(diff), len(a))
 
 
 INSTS = skills.instances(SEED, N)
@@ -108,9 +114,7 @@ def skills_streamed_equal():
     whole = answers([], INSTS)
     streamed = answers([], INSTS, stream=True)
     report(INSTS, streamed, "streamed")
-    diff = same(whole, streamed, "streamed")
-    check(not diff, "streamed answers differ from whole ones at %s: %r vs %r", diff[:5],
-          streamed[diff[0]] if diff else None, whole[diff[0]] if diff else None)
+    check_equal(whole, streamed, "streamed and whole answers")
 
 
 @test
@@ -119,8 +123,7 @@ def skills_prompt_cache_off_equal():
     prefixes (the tool preamble, the weather question before its follow-up)."""
     on = answers([], INSTS)
     off = answers(["--prompt-cache=false"], INSTS)
-    diff = same(on, off, "cache")
-    check(not diff, "answers differ with the prompt cache off at %s", diff[:5])
+    check_equal(on, off, "answers with the prompt cache on and off")
 
 
 @test
@@ -131,9 +134,7 @@ def skills_sim_replay_equal():
     sim = answers(["--device", "sim", "--sim-runlist-limit", "1", "--runlist-layers", "auto",
                    "--sim-timeout-ms", "50"], INSTS)
     report(INSTS, sim, "sim")
-    diff = same(cpu, sim, "sim")
-    check(not diff, "sim answers differ from cpu ones at %s: %r vs %r", diff[:5],
-          sim[diff[0]] if diff else None, cpu[diff[0]] if diff else None)
+    check_equal(cpu, sim, "cpu and sim answers")
 
 
 @test
@@ -142,9 +143,7 @@ def skills_f32_agrees():
     int8 = answers([], INSTS)
     f32 = answers(["--precision", "f32"], INSTS)
     meets_targets(report(INSTS, f32, "f32"), "f32")
-    diff = same(int8, f32, "f32")
-    check(len(diff) <= 0.05 * len(INSTS), "f32 and int8 differ on %d of %d answers",
-          len(diff), len(INSTS))
+    check_agree(int8, f32, "int8 vs f32")
 
 
 @test
@@ -156,10 +155,7 @@ def skills_bf16_checkpoint_agrees():
     q4 = answers([], INSTS)
     bf16 = answers(["--precision", "f32"], INSTS, model=CHECKPOINT)
     report(INSTS, bf16, "bf16")
-    diff = same(q4, bf16, "bf16")
-    print("BF16 vs Q4NX: %d of %d answers differ" % (len(diff), len(INSTS)))
-    check(len(diff) <= 0.05 * len(INSTS), "BF16 and Q4NX differ on %d of %d answers",
-          len(diff), len(INSTS))
+    check_agree(q4, bf16, "Q4NX vs BF16")
 
 
 @test

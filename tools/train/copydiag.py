@@ -3,6 +3,8 @@
 
     /usr/bin/python3 tools/train/copydiag.py [--whole-word-merges] [--layers 2]
                                              [--steps 1500] [--tied-init]
+                                             [--space-merges N] [--space-init]
+                                             [--induction-init]
 
 Trains train.py's model on the copying skills only (echo, the tool call's city,
 the JSON name: corpus.Gen(copy=True)) and, every 250 steps, reports the
@@ -27,13 +29,12 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import corpus  # noqa: E402
 import render  # noqa: E402
 import train as T  # noqa: E402
-from model import Config, LlamaForCausalLM  # noqa: E402
+from model import Config  # noqa: E402
 
 
 COPIED = [re.compile(r"^Repeat after me: (.+)$"), re.compile(r"^What's the weather in (.+)\?$"),
@@ -104,6 +105,7 @@ def main():
     ap.add_argument("--tied-init", action="store_true")
     ap.add_argument("--space-merges", type=int, default=0)
     ap.add_argument("--space-init", action="store_true")
+    ap.add_argument("--induction-init", action="store_true")
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -113,12 +115,8 @@ def main():
     data, prefixes = T.build_dataset(tk, tpl, 1002, a.examples, copy=True)
     g = corpus.Gen(77, held=True, copy=True)
     held = [held_example(tk, tpl, *g.example()) for _ in range(150)]
-    model = LlamaForCausalLM(Config(**dict(T.PRESETS["demo"], num_hidden_layers=a.layers)))
-    if a.tied_init:
-        with torch.no_grad():
-            model.lm_head.weight.copy_(model.model.embed_tokens.weight)
-    if a.space_init:
-        T.space_init(model, tk)
+    model = T.start_model(Config(**dict(T.PRESETS["demo"], num_hidden_layers=a.layers)), tk,
+                          a.tied_init, a.space_init, a.induction_init)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.1)
     it = T.batches(data, a.batch_tokens, random.Random(1))
     t0, seen = time.time(), 0
@@ -126,16 +124,10 @@ def main():
         for gr in opt.param_groups:
             gr["lr"] = a.lr * min(step / 50, 1.0)
         ids, mask, prefix = T.collate(data, prefixes, next(it))
-        h = model.hidden(ids[:, :-1], prefix)
-        sel = mask[:, 1:]
-        loss = F.cross_entropy(model.lm_head(h[sel]), ids[:, 1:][sel])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        loss = T.train_step(model, opt, ids, mask, prefix)
         seen += ids.numel()
         if step % 250 == 0:
-            T.log(f"step {step} loss {float(loss):.3f} {seen / (time.time() - t0):.0f} tok/s",
+            T.log(f"step {step} loss {loss:.3f} {seen / (time.time() - t0):.0f} tok/s",
                   accuracy(model, held))
 
 

@@ -189,7 +189,7 @@ class Gen:
         self.r = random.Random(seed)
         self.held = held
         self.copy = copy     # only the copying skills (echo, the call, JSON): the warm-up
-        self.arith = arith   # this share of the conversations more is arithmetic
+        self.arith = arith   # this share of the conversations is arithmetic, on top of the mix
 
     def mode(self):
         k = self.r.random()

@@ -151,6 +151,33 @@ def synth_copy_batch(rng, vocab_lo, vocab_hi, rows=64, width=26):
     return ids, mask, None
 
 
+def start_model(cfg, tk, tied=False, space=False, induction=False):
+    """A fresh model: the head started as a copy of the embedding (tied; the
+    head stays untied), " piece" embeddings as the space's plus the piece's
+    (space), the induction circuit wired in (induction, which implies tied)."""
+    model = LlamaForCausalLM(cfg)
+    if space:
+        space_init(model, tk)
+    if induction:
+        wiring.wire_induction(model)
+    if tied or induction:
+        with torch.no_grad():
+            model.lm_head.weight.copy_(model.model.embed_tokens.weight)
+    return model
+
+
+def train_step(model, opt, ids, mask, prefix):
+    """One optimiser step on the masked next-token loss; returns the loss."""
+    h = model.hidden(ids[:, :-1], prefix)
+    sel = mask[:, 1:]
+    loss = F.cross_entropy(model.lm_head(h[sel]), ids[:, 1:][sel])
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return float(loss)
+
+
 def collate(data, prefixes, b):
     T = max(len(data[i][1]) for i in b)
     ids = torch.zeros(len(b), T, dtype=torch.long)
@@ -296,14 +323,7 @@ def main():
     if a.layers:
         pc = dict(pc, num_hidden_layers=a.layers)
     cfg = Config(**pc)
-    model = LlamaForCausalLM(cfg)
-    if a.space_init:
-        space_init(model, tk)
-    if a.induction_init:
-        wiring.wire_induction(model)
-    if a.tied_init or a.induction_init:
-        with torch.no_grad():
-            model.lm_head.weight.copy_(model.model.embed_tokens.weight)
+    model = start_model(cfg, tk, a.tied_init, a.space_init, a.induction_init)
     if a.init:
         model.load_state_dict(export.load_safetensors(os.path.join(a.init, "model.safetensors")))
     nparam = sum(p.numel() for p in model.parameters())
@@ -334,15 +354,9 @@ def main():
             ids, mask, prefix = collate(cdata, cpref, next(cit))
         else:
             ids, mask, prefix = collate(data, prefixes, next(it))
-        h = model.hidden(ids[:, :-1], prefix)
-        sel = mask[:, 1:]
-        loss = F.cross_entropy(model.lm_head(h[sel]), ids[:, 1:][sel])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        loss = train_step(model, opt, ids, mask, prefix)
         seen += ids.numel() + (prefix.numel() if prefix is not None else 0)
-        lsum += float(loss)
+        lsum += loss
         lcount += 1
         if step % 50 == 0 or step == last:
             dt = time.time() - t1
