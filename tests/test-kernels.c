@@ -223,7 +223,7 @@ static void check_q4_1_q8(int out, int in)
     } else {
         cr_log_info("skipping the VNNI path: CPU lacks AVX-512 VNNI");
     }
-    /* The AVX2 tile kernel at one token: the scalar result bit for bit. */
+    /* The AVX2 decode kernel (gemv-avx2.c): the scalar result bit for bit. */
     if (eng_kernels_set_isa(ENG_ISA_AVX2) == 0) {
         eng_matvec_q4_1_q8_rows(ch, in, 0, out, &xq, ys);
         for (int r = 0; r < out; r++)
@@ -384,7 +384,8 @@ static void check_matmul(int out, int in, int n_tok)
         check_rows("scalar sub-range", y, ref, NULL, out, in, n_tok, ldy, rb, re);
     }
 
-    /* The AVX2 tile kernel: bit for bit, whole and in row ranges. */
+    /* The AVX2 kernels (one token: gemv-avx2.c, more: the tile kernel): bit for
+     * bit, whole and in row ranges. */
     if (eng_kernels_set_isa(ENG_ISA_AVX2) == 0) {
         int ranges[][2] = { { 0, out }, { 0, 32 }, { out - 32, out }, { 32, out >= 96 ? out - 32 : out } };
         for (int i = 0; i < 4; i++) {

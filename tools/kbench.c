@@ -29,7 +29,8 @@
  *
  * minicpmd-kbench decode [reps]   (default 300)
  * instead times every one-token int8 kernel this CPU has side by side on the
- * MiniCPM5-2B shapes (the VBMI decode kernel, the batched kernel at one token),
+ * MiniCPM5-2B shapes (the VBMI decode kernel, the VNNI tile kernel at one token,
+ * the AVX2 decode kernel, the AVX2 tile kernel at one token),
  * weights from DRAM (cycling copies past 512 MB) and
  * from cache (one copy): median GB/s of weight bytes, beside one thread's
  * streaming read. */
@@ -339,15 +340,33 @@ static void matmul1(const uint8_t *ch, int in, int r0, int r1, const struct eng_
     eng__matmul_q4_1_q8_vnni(ch, in, r0, r1, xq, 1, y, 0);
 }
 
+static void avx2_tile1(const uint8_t *ch, int in, int r0, int r1, const struct eng_q8x *xq, float *y)
+{
+    eng__matmul_q4_1_q8_avx2(ch, in, r0, r1, xq, 1, y, 0);
+}
+
+enum { NEED_AVX2, NEED_VNNI, NEED_VBMI };
+
+static int kernel_runs(int need)
+{
+    switch (need) {
+    case NEED_VBMI: return eng_isa_has_vbmi();
+    case NEED_VNNI: return eng_isa_has_vnni();
+    default: return eng_isa_detect() != ENG_ISA_SCALAR; /* AVX-512 here implies AVX2 */
+    }
+}
+
 static void bench_decode_shape(int out, int in, int reps)
 {
     static const struct {
         const char *name;
         kern_q4_1_q8_fn fn;
-        int vbmi;
+        int need;
     } ks[] = {
-        { "vbmi gemv", eng__matvec_q4_1_q8_vbmi, 1 },
-        { "matmul n=1", matmul1, 0 },
+        { "vbmi gemv", eng__matvec_q4_1_q8_vbmi, NEED_VBMI },
+        { "matmul n=1", matmul1, NEED_VNNI },
+        { "avx2 gemv", eng__matvec_q4_1_q8_avx2, NEED_AVX2 },
+        { "avx2 tile n=1", avx2_tile1, NEED_AVX2 },
     };
     int ncol = (in + 255) / 256, cols = eng_q8x_cols(in);
     size_t mbytes = (size_t)(out / 32) * ncol * ENG_Q4_1_CHUNK_BYTES;
@@ -365,7 +384,7 @@ static void bench_decode_shape(int out, int in, int reps)
     eng_q8x_quantize(&xq, x, in);
     printf("%5dx%-5d", out, in);
     for (size_t k = 0; k < sizeof ks / sizeof *ks; k++) {
-        if (ks[k].vbmi && !eng_isa_has_vbmi())
+        if (!kernel_runs(ks[k].need))
             continue;
         for (int hot = 0; hot < 2; hot++) {
             for (int r = 0; r < reps; r++) {
@@ -383,8 +402,8 @@ static void bench_decode_shape(int out, int in, int reps)
 
 static int bench_decode(int reps)
 {
-    if (!eng_isa_has_vnni()) {
-        fprintf(stderr, "kbench decode: this CPU has no AVX-512 VNNI\n");
+    if (!kernel_runs(NEED_AVX2)) {
+        fprintf(stderr, "kbench decode: this CPU has no AVX2\n");
         return 1;
     }
     printf("decode kernels, one thread, median of %d; stream read (sum over 1 GiB): %.2f GB/s\n", reps,

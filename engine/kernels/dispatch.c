@@ -23,17 +23,21 @@ static const struct kern_table table_scalar = {
     .attn = eng__attn_gqa_scalar,
     .silu = eng__silu_mul_scalar,
 };
-/* The AVX2 tile kernel serves one token too (gemm-avx2.c). */
-static void matvec_q4_1_q8_avx2(const uint8_t *chunks, int in, int row_begin, int row_end,
-                                const struct eng_q8x *xq, float *y)
+/* One token goes to the AVX2 decode kernel (gemv-avx2.c), more to the tile
+ * kernel (gemm-avx2.c); both give each token the scalar reference's bits. */
+static void matmul_q4_1_q8_avx2(const uint8_t *chunks, int in, int row_begin, int row_end,
+                                const struct eng_q8x *xq, int n_tok, float *y, int ldy)
 {
-    eng__matmul_q4_1_q8_avx2(chunks, in, row_begin, row_end, xq, 1, y, 0);
+    if (n_tok == 1)
+        eng__matvec_q4_1_q8_avx2(chunks, in, row_begin, row_end, xq, y);
+    else
+        eng__matmul_q4_1_q8_avx2(chunks, in, row_begin, row_end, xq, n_tok, y, ldy);
 }
 static const struct kern_table table_avx2 = {
     .q4_1 = eng__matvec_q4_1_avx2,
     .bf16 = eng__matvec_bf16_avx2,
-    .q4_1_q8 = matvec_q4_1_q8_avx2,
-    .q4_1_q8_mm = eng__matmul_q4_1_q8_avx2,
+    .q4_1_q8 = eng__matvec_q4_1_q8_avx2,
+    .q4_1_q8_mm = matmul_q4_1_q8_avx2,
     .q8x_batch = eng__q8x_quantize_batch_scalar,
     .attn = eng__attn_gqa_avx2,
     .silu = eng__silu_mul_avx2,
@@ -41,8 +45,9 @@ static const struct kern_table table_avx2 = {
 static const struct kern_table table_avx512 = {
     .q4_1 = eng__matvec_q4_1_avx512,
     .bf16 = eng__matvec_bf16_avx512,
-    .q4_1_q8 = eng__matvec_q4_1_q8_scalar, /* replaced by VNNI when present */
-    .q4_1_q8_mm = eng__matmul_q4_1_q8_scalar,
+    /* no VNNI (Skylake-SP): the AVX2 int8 kernels, the scalar ones' bits */
+    .q4_1_q8 = eng__matvec_q4_1_q8_avx2,
+    .q4_1_q8_mm = matmul_q4_1_q8_avx2,
     .q8x_batch = eng__q8x_quantize_batch_avx512,
     .attn = eng__attn_gqa_avx512,
     .silu = eng__silu_mul_avx512,

@@ -1,6 +1,7 @@
 /* The Q4_1 x int8 matrix-matrix kernel for CPUs with AVX2 but no AVX-512 (this
  * file alone is compiled with -mavx2 -mfma; dispatch.c dispatches here only when
- * cpuid has them). It serves prefill and, at one token, decode.
+ * cpuid has them). It serves prefill and decode batches of several tokens; one
+ * token goes to the decode kernel (gemv-avx2.c), which skips the unpack below.
  *
  * AVX2 has no vpdpbusd. vpmaddubsw multiplies 32 u8 nibbles by 32 s8 x and adds
  * adjacent pairs into 16 s16 lanes, exactly: |15*127 + 15*127| = 3,810. A ymm of

@@ -135,6 +135,9 @@ void eng__matvec_bf16_avx2(const uint16_t *w, int in, int row_begin, int row_end
 
 void eng__matmul_q4_1_q8_avx2(const uint8_t *chunks, int in, int row_begin, int row_end,
                               const struct eng_q8x *xq, int n_tok, float *y, int ldy);
+/* gemv-avx2.c: one token, y bit for bit eng__matmul_q4_1_q8_avx2's (decode) */
+void eng__matvec_q4_1_q8_avx2(const uint8_t *chunks, int in, int row_begin, int row_end,
+                              const struct eng_q8x *xq, float *y);
 void eng__matvec_q4_1_avx512(const uint8_t *chunks, int in, int row_begin, int row_end,
                              const float *x, float *y);
 void eng__matvec_bf16_avx512(const uint16_t *w, int in, int row_begin, int row_end,

@@ -149,13 +149,28 @@ void eng__matmul_q4_1_q8_scalar(const uint8_t *chunks, int in, int row_begin, in
 
 /* ---- per-token kernels ----------------------------------------------------- */
 
+/* The sum of squares in 16 interleaved partial sums (lane j takes x[j], x[j+16],
+ * ...), added up pairwise at the end: one fixed order on every CPU, which the
+ * compiler keeps in vector registers (baseline SSE2: 4 independent 4-wide
+ * chains). One running float sum is a chain of n dependent adds: ~4 cycles
+ * each, 2.5 us for the 2048-wide hidden state, twice per layer per token. */
+#define NORM_LANES 16
+
 void eng_rmsnorm(float *o, const float *x, const uint16_t *w, int n, float eps)
 {
-    float ss = 0.0f;
-    for (int i = 0; i < n; i++)
-        ss += x[i] * x[i];
+    float part[NORM_LANES] = {0};
+    int i = 0;
+    for (; i + NORM_LANES <= n; i += NORM_LANES)
+        for (int j = 0; j < NORM_LANES; j++)
+            part[j] += x[i + j] * x[i + j];
+    for (int j = 0; i < n; i++, j++)
+        part[j] += x[i] * x[i];
+    for (int h = NORM_LANES / 2; h > 0; h /= 2)
+        for (int j = 0; j < h; j++)
+            part[j] += part[j + h];
+    float ss = part[0];
     float inv = 1.0f / sqrtf(ss / (float)n + eps);
-    for (int i = 0; i < n; i++)
+    for (i = 0; i < n; i++)
         o[i] = eng_bf16_to_f32(w[i]) * (x[i] * inv);
 }
 
