@@ -533,9 +533,18 @@ MCD_TEST(kernels, q4_1_q8_matmul_empty)
     free(ch);
 }
 
-/* ---- batched decode on VBMI: batch invariance ------------------------------- */
+/* ---- batched decode: batch invariance --------------------------------------- */
 
-/* eng_matmul_q4_1_q8_rows on a VBMI CPU, n_tok = 1 .. ENG_GEMV_MAX_TOK + 1 (the
+/* One ISA's decode kernels: the 1-token kernel, its few-token form and the tile
+ * kernel that serves larger batches. */
+struct gemv_isa {
+    const char *name;
+    enum eng_isa isa;
+    kern_q4_1_q8_fn one;
+    kern_q4_1_q8_mm_fn small, tile;
+};
+
+/* eng_matmul_q4_1_q8_rows on `k->isa`, n_tok = 1 .. ENG_GEMV_MAX_TOK + 1 (the
  * few-token decode kernel, then the tile kernel past it): each token's y is
  * bit for bit (memcmp, the sign of a zero included) the 1-token decode kernel's
  * for that token alone, whole and in row ranges, nothing written outside them.
@@ -543,7 +552,7 @@ MCD_TEST(kernels, q4_1_q8_matmul_empty)
  * The few-token kernel called directly takes more tokens, in blocks (up to
  * 2 * MAX + 1: two full blocks and a lone token). Tokens as in check_matmul: one
  * all zeros (d = 0), one with a single huge value. */
-static void check_gemv_batch(int out, int in)
+static void check_gemv_batch(const struct gemv_isa *k, int out, int in)
 {
     enum { NT = 2 * ENG_GEMV_MAX_TOK + 1 };
     rng_state = (uint64_t)out * 2654435761u + (uint64_t)in * 31;
@@ -563,35 +572,50 @@ static void check_gemv_batch(int out, int in)
     fill_canary(want, ny);
     for (int t = 0; t < NT; t++) {
         struct eng_q8x r = q8_batch_row(&b, t);
-        eng__matvec_q4_1_q8_vbmi(ch, in, 0, out, &r, want + (size_t)t * ldy);
+        k->one(ch, in, 0, out, &r, want + (size_t)t * ldy);
     }
 
-    cr_assert_eq(eng_kernels_set_isa(ENG_ISA_AVX512), 0);
+    char what[64];
+    cr_assert_eq(eng_kernels_set_isa(k->isa), 0);
     int mid = out >= 96 ? out - 32 : out;
     int ranges[][2] = { { 0, out }, { 32, out }, { 32, mid }, { out - 32, out } };
+    snprintf(what, sizeof what, "%s batch vs 1-token", k->name);
     for (int n_tok = 1; n_tok <= ENG_GEMV_MAX_TOK + 1; n_tok++)
         for (int i = 0; i < 4; i++) {
             if (ranges[i][0] >= ranges[i][1])
                 continue;
             fill_canary(y, ny);
             eng_matmul_q4_1_q8_rows(ch, in, ranges[i][0], ranges[i][1], &b.xq, n_tok, y, ldy);
-            check_rows("vbmi batch vs 1-token", y, want, NULL, out, in, n_tok, ldy, ranges[i][0],
-                       ranges[i][1]);
+            check_rows(what, y, want, NULL, out, in, n_tok, ldy, ranges[i][0], ranges[i][1]);
         }
+    snprintf(what, sizeof what, "%s small vs 1-token", k->name);
     for (int n_tok = 1; n_tok <= NT; n_tok++) {
         fill_canary(y, ny);
-        eng__matmul_q4_1_q8_vbmi_small(ch, in, 32 < out ? 32 : 0, out, &b.xq, n_tok, y, ldy);
-        check_rows("vbmi_small vs 1-token", y, want, NULL, out, in, n_tok, ldy, 32 < out ? 32 : 0,
-                   out);
+        k->small(ch, in, 32 < out ? 32 : 0, out, &b.xq, n_tok, y, ldy);
+        check_rows(what, y, want, NULL, out, in, n_tok, ldy, 32 < out ? 32 : 0, out);
     }
     /* The tile kernel, which serves larger batches: the same float ops per token
-     * (only the odd rows' d_x/16 scaling differs, exact here), so the same bits. */
+     * (on VBMI only the odd rows' d_x/16 scaling differs, exact here), so the
+     * same bits. */
+    snprintf(what, sizeof what, "%s tile vs 1-token", k->name);
     fill_canary(y, ny);
-    eng__matmul_q4_1_q8_vnni(ch, in, 0, out, &b.xq, NT, y, ldy);
-    check_rows("vnni tile vs 1-token", y, want, NULL, out, in, NT, ldy, 0, out);
+    k->tile(ch, in, 0, out, &b.xq, NT, y, ldy);
+    check_rows(what, y, want, NULL, out, in, NT, ldy, 0, out);
 
     q8_batch_free(&b);
     free(ch), free(x), free(want), free(y);
+}
+
+static void check_gemv_batch_shapes(const struct gemv_isa *k)
+{
+    check_gemv_batch(k, 32, 7);
+    check_gemv_batch(k, 64, 100);
+    check_gemv_batch(k, 64, 300);
+    check_gemv_batch(k, 96, 513);
+    check_gemv_batch(k, 128, 768);
+    check_gemv_batch(k, 256, 2048);
+    check_gemv_batch(k, 2048, 2048);
+    check_gemv_batch(k, 256, 6144);
 }
 
 MCD_TEST(kernels, q4_1_q8_vbmi_batch_invariance)
@@ -600,14 +624,20 @@ MCD_TEST(kernels, q4_1_q8_vbmi_batch_invariance)
         cr_log_info("skipping the VBMI batch kernel: CPU lacks AVX-512 VBMI");
         return;
     }
-    check_gemv_batch(32, 7);
-    check_gemv_batch(64, 100);
-    check_gemv_batch(64, 300);
-    check_gemv_batch(96, 513);
-    check_gemv_batch(128, 768);
-    check_gemv_batch(256, 2048);
-    check_gemv_batch(2048, 2048);
-    check_gemv_batch(256, 6144);
+    static const struct gemv_isa vbmi = { "vbmi", ENG_ISA_AVX512, eng__matvec_q4_1_q8_vbmi,
+                                          eng__matmul_q4_1_q8_vbmi_small, eng__matmul_q4_1_q8_vnni };
+    check_gemv_batch_shapes(&vbmi);
+}
+
+MCD_TEST(kernels, q4_1_q8_avx2_batch_invariance)
+{
+    if (eng_kernels_set_isa(ENG_ISA_AVX2) != 0) {
+        cr_log_info("skipping the AVX2 batch kernel: CPU lacks AVX2");
+        return;
+    }
+    static const struct gemv_isa avx2 = { "avx2", ENG_ISA_AVX2, eng__matvec_q4_1_q8_avx2,
+                                          eng__matmul_q4_1_q8_avx2_small, eng__matmul_q4_1_q8_avx2 };
+    check_gemv_batch_shapes(&avx2);
 }
 
 /* ---- BF16 --------------------------------------------------------------------- */

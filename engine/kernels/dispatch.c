@@ -23,13 +23,16 @@ static const struct kern_table table_scalar = {
     .attn = eng__attn_gqa_scalar,
     .silu = eng__silu_mul_scalar,
 };
-/* One token goes to the AVX2 decode kernel (gemv-avx2.c), more to the tile
- * kernel (gemm-avx2.c); both give each token the scalar reference's bits. */
+/* One token goes to the AVX2 decode kernel (gemv-avx2.c), a decode batch of up
+ * to ENG_GEMV_MAX_TOK tokens to its few-token form, a prefill to the tile kernel
+ * (gemm-avx2.c); all give each token the scalar reference's bits. */
 static void matmul_q4_1_q8_avx2(const uint8_t *chunks, int in, int row_begin, int row_end,
                                 const struct eng_q8x *xq, int n_tok, float *y, int ldy)
 {
     if (n_tok == 1)
         eng__matvec_q4_1_q8_avx2(chunks, in, row_begin, row_end, xq, y);
+    else if (n_tok <= ENG_GEMV_MAX_TOK)
+        eng__matmul_q4_1_q8_avx2_small(chunks, in, row_begin, row_end, xq, n_tok, y, ldy);
     else
         eng__matmul_q4_1_q8_avx2(chunks, in, row_begin, row_end, xq, n_tok, y, ldy);
 }

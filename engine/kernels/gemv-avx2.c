@@ -127,3 +127,119 @@ void eng__matvec_q4_1_q8_avx2(const uint8_t *chunks, int in, int row_begin, int 
         ga_store_half(yr + 16, ya[1][0], ya[1][1]);
     }
 }
+
+/* ---- a few tokens in one pass: batched decode -----------------------------------
+ *
+ * With --parallel N the worker decodes N sequences as one batch of N tokens. The
+ * tile kernel's unpack costs more than a handful of tokens' products (a 4-token
+ * step took as long as four 1-token steps on the VNNI tile kernel). Here each
+ * 32-byte load is shuffled and split once and feeds all T <= ENG_GEMV_MAX_TOK
+ * tokens, each with its own x pattern and 16-bit accumulators; a group's two
+ * halves go one after the other (2T accumulators in the 16 ymm registers AVX2
+ * has), and the float accumulators wait in L1 between groups.
+ *
+ * Batch invariance: per token and group the integer sums are exact (their order
+ * is free) and the float ops are the 1-token kernel's in the same order, on the
+ * same inputs: each token's y is that kernel's for the token alone, bit for bit,
+ * so a sequence decodes the same text alone and batched. */
+
+/* T tokens of eng__matmul_q4_1_q8_avx2_small: T is a constant after inlining. */
+static inline __attribute__((always_inline)) void
+ga_small(const uint8_t *chunks, int in, int row_begin, int row_end, const struct eng_q8x *xq,
+         float *y, size_t ldy, const int T)
+{
+    const __m256i wsh = _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15,
+                                         0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+    const __m256i xsh = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+                                         2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+    const __m256i m4 = _mm256_set1_epi8(15);
+    int ncol = (in + ENG_Q4_1_COLS - 1) / ENG_Q4_1_COLS;
+    int ngroups = (in + ENG_Q4_1_GROUP - 1) / ENG_Q4_1_GROUP;
+    const uint8_t *end = chunks + (size_t)(row_end / ENG_Q4_1_ROWS) * ncol * ENG_Q4_1_CHUNK_BYTES;
+    /* token t's x, scales and sums: xs bytes and ss floats after token t-1's */
+    size_t xs = (size_t)eng_q8x_cols(in), ss = xs / ENG_Q4_1_GROUP;
+    /* acc[t][8 * (2h + e)]: half h's even (e = 0) or odd rows, as ya in the 1-token kernel */
+    _Alignas(32) float acc[ENG_GEMV_MAX_TOK][ENG_Q4_1_ROWS];
+
+    for (int rb = row_begin / ENG_Q4_1_ROWS; rb < row_end / ENG_Q4_1_ROWS; rb++) {
+        memset(acc, 0, sizeof acc);
+        for (int cb = 0; cb < ncol; cb++) {
+            const uint8_t *ch = chunks + ((size_t)rb * ncol + cb) * ENG_Q4_1_CHUNK_BYTES;
+            int ng = ngroups - cb * GA_GROUPS < GA_GROUPS ? ngroups - cb * GA_GROUPS : GA_GROUPS;
+            /* the 1-token kernel's prefetch: the weights stream from DRAM alike */
+            const uint8_t *pf = ch + ENG_Q4_1_CHUNK_BYTES;
+            int prefetch = pf + ENG_Q4_1_CHUNK_BYTES <= end;
+            for (int g = 0; g < ng; g++) {
+                int xg = cb * GA_GROUPS + g;
+                if (prefetch)
+                    for (int l = 0; l < GA_PF_GROUP; l += 64)
+                        _mm_prefetch((const char *)pf + g * GA_PF_GROUP + l, _MM_HINT_T0);
+                const int8_t *xc = xq->q + (size_t)xg * ENG_Q4_1_GROUP;
+                for (int h = 0; h < 2; h++) {
+                    const uint8_t *a = ch + 1024 + h * GA_HALF + g * 256;
+                    __m256i e[ENG_GEMV_MAX_TOK], o[ENG_GEMV_MAX_TOK];
+#pragma GCC unroll 4
+                    for (int t = 0; t < T; t++)
+                        e[t] = _mm256_setzero_si256(), o[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+                    for (int k = 0; k < GA_QUADS; k++) {
+                        __m256i v = _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(a + 32 * k)), wsh);
+                        __m256i lo = _mm256_and_si256(v, m4);
+                        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+#pragma GCC unroll 4
+                        for (int t = 0; t < T; t++) {
+                            int32_t x4;
+                            memcpy(&x4, xc + t * xs + 4 * k, sizeof x4);
+                            __m256i xp = _mm256_shuffle_epi8(_mm256_set1_epi32(x4), xsh);
+                            e[t] = _mm256_add_epi16(e[t], _mm256_maddubs_epi16(lo, xp));
+                            o[t] = _mm256_add_epi16(o[t], _mm256_maddubs_epi16(hi, xp));
+                        }
+                    }
+                    __m256 d[2], m[2];
+                    ga_bf16(ch + (g * 32 + h * 16) * 2, &d[0], &d[1]);
+                    ga_bf16(ch + 512 + (g * 32 + h * 16) * 2, &m[0], &m[1]);
+#pragma GCC unroll 4
+                    for (int t = 0; t < T; t++) {
+                        __m256 dx = _mm256_set1_ps(xq->d[t * ss + xg]);
+                        __m256 sx = _mm256_set1_ps(xq->sum[t * ss + xg]);
+                        __m256i is[2] = {ga_fold(e[t]), ga_fold(o[t])};
+                        for (int ee = 0; ee < 2; ee++) {
+                            float *pa = acc[t] + 8 * (2 * h + ee);
+                            __m256 a8 = _mm256_load_ps(pa);
+                            __m256 dd = _mm256_mul_ps(d[ee], dx);
+                            a8 = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(is[ee]), a8);
+                            a8 = _mm256_fmadd_ps(m[ee], sx, a8);
+                            _mm256_store_ps(pa, a8);
+                        }
+                    }
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            float *yr = y + (size_t)t * ldy + (size_t)rb * ENG_Q4_1_ROWS;
+            ga_store_half(yr, _mm256_load_ps(acc[t]), _mm256_load_ps(acc[t] + 8));
+            ga_store_half(yr + 16, _mm256_load_ps(acc[t] + 16), _mm256_load_ps(acc[t] + 24));
+        }
+    }
+}
+
+/* Tokens in blocks of ENG_GEMV_MAX_TOK, each one pass over the weights; a lone
+ * last token goes to the 1-token kernel (the same result: see above). The
+ * dispatcher sends 2 .. ENG_GEMV_MAX_TOK tokens here, more to the tile kernel. */
+void eng__matmul_q4_1_q8_avx2_small(const uint8_t *chunks, int in, int row_begin, int row_end,
+                                    const struct eng_q8x *xq, int n_tok, float *y, int ldy)
+{
+    _Static_assert(ENG_GEMV_MAX_TOK == 4, "the switch below instantiates T = 2, 3, 4");
+    size_t l = (size_t)ldy;
+    for (int t = 0; t < n_tok; t += ENG_GEMV_MAX_TOK) {
+        struct eng_q8x r = kern_q8x_row(xq, in, t);
+        float *yt = y + (size_t)t * l;
+        switch (n_tok - t) {
+        case 1: eng__matvec_q4_1_q8_avx2(chunks, in, row_begin, row_end, &r, yt); break;
+        case 2: ga_small(chunks, in, row_begin, row_end, &r, yt, l, 2); break;
+        case 3: ga_small(chunks, in, row_begin, row_end, &r, yt, l, 3); break;
+        default: ga_small(chunks, in, row_begin, row_end, &r, yt, l, 4); break;
+        }
+    }
+}

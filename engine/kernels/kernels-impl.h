@@ -135,9 +135,6 @@ void eng__matvec_bf16_avx2(const uint16_t *w, int in, int row_begin, int row_end
 
 void eng__matmul_q4_1_q8_avx2(const uint8_t *chunks, int in, int row_begin, int row_end,
                               const struct eng_q8x *xq, int n_tok, float *y, int ldy);
-/* gemv-avx2.c: one token, y bit for bit eng__matmul_q4_1_q8_avx2's (decode) */
-void eng__matvec_q4_1_q8_avx2(const uint8_t *chunks, int in, int row_begin, int row_end,
-                              const struct eng_q8x *xq, float *y);
 void eng__matvec_q4_1_avx512(const uint8_t *chunks, int in, int row_begin, int row_end,
                              const float *x, float *y);
 void eng__matvec_bf16_avx512(const uint16_t *w, int in, int row_begin, int row_end,
@@ -149,6 +146,12 @@ void eng__matvec_q4_1_q8_vbmi(const uint8_t *chunks, int in, int row_begin, int 
  * bit eng__matvec_q4_1_q8_vbmi's (batched decode); more tokens in blocks of that. */
 #define ENG_GEMV_MAX_TOK 4
 void eng__matmul_q4_1_q8_vbmi_small(const uint8_t *chunks, int in, int row_begin, int row_end,
+                                    const struct eng_q8x *xq, int n_tok, float *y, int ldy);
+/* gemv-avx2.c: one token, y bit for bit eng__matmul_q4_1_q8_avx2's (decode), and
+ * the same for 2 .. ENG_GEMV_MAX_TOK tokens in one pass (batched decode) */
+void eng__matvec_q4_1_q8_avx2(const uint8_t *chunks, int in, int row_begin, int row_end,
+                              const struct eng_q8x *xq, float *y);
+void eng__matmul_q4_1_q8_avx2_small(const uint8_t *chunks, int in, int row_begin, int row_end,
                                     const struct eng_q8x *xq, int n_tok, float *y, int ldy);
 /* gemm-avx512.c (the quantizer needs only AVX-512 F/BW/VL) */
 void eng__q8x_quantize_batch_avx512(const struct eng_q8x *xq, const float *x, int ldx, int in,
