@@ -36,6 +36,37 @@
 #define GA_HALF 2048                               /* bytes of nibbles per 16-row half */
 #define GA_PF_GROUP (ENG_Q4_1_CHUNK_BYTES / GA_GROUPS) /* 640: bytes prefetched per group */
 
+/* weights: byte 2p + e <- byte 8e + p of each lane (column e, row pair p) */
+static const uint8_t ga_wsh[32] __attribute__((aligned(32))) = {
+    0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15,
+    0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15,
+};
+/* x: a quad's 4 bytes -> x0 x1 repeated (low lane), x2 x3 repeated (high lane) */
+static const uint8_t ga_xsh[32] __attribute__((aligned(32))) = {
+    0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+    2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
+};
+
+/* The x pattern of the quad at p (4 int8) for vpmaddubsw against a shuffled load. */
+static inline __m256i ga_xpat(const int8_t *p, __m256i xsh)
+{
+    int32_t x4;
+    memcpy(&x4, p, sizeof x4);
+    return _mm256_shuffle_epi8(_mm256_set1_epi32(x4), xsh);
+}
+
+/* Group g's share of the chunk after ch, line by line, so the prefetches spread
+ * over the compute (as in gemv-vbmi.c): more lines in flight than the hardware
+ * streamer keeps alone; never at or past `end`, the end of this call's rows. */
+static inline void ga_prefetch(const uint8_t *ch, int g, const uint8_t *end)
+{
+    const uint8_t *pf = ch + ENG_Q4_1_CHUNK_BYTES;
+    if (pf + ENG_Q4_1_CHUNK_BYTES > end)
+        return;
+    for (int l = 0; l < GA_PF_GROUP; l += 64)
+        _mm_prefetch((const char *)pf + g * GA_PF_GROUP + l, _MM_HINT_T0);
+}
+
 /* Rows 0..15 of a half from its even and odd rows, in row order, to y. */
 static inline void ga_store_half(float *y, __m256 even, __m256 odd)
 {
@@ -62,12 +93,8 @@ static inline __m256i ga_fold(__m256i a)
 void eng__matvec_q4_1_q8_avx2(const uint8_t *chunks, int in, int row_begin, int row_end,
                               const struct eng_q8x *xq, float *y)
 {
-    /* weights: byte 2p + e <- byte 8e + p of the lane (column e, row pair p) */
-    const __m256i wsh = _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15,
-                                         0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
-    /* x: a quad's 4 bytes -> x0 x1 repeated (low lane), x2 x3 repeated (high lane) */
-    const __m256i xsh = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
-                                         2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+    const __m256i wsh = _mm256_load_si256((const __m256i *)ga_wsh);
+    const __m256i xsh = _mm256_load_si256((const __m256i *)ga_xsh);
     const __m256i m4 = _mm256_set1_epi8(15);
     int ncol = (in + ENG_Q4_1_COLS - 1) / ENG_Q4_1_COLS;
     int ngroups = (in + ENG_Q4_1_GROUP - 1) / ENG_Q4_1_GROUP; /* groups with data */
@@ -80,24 +107,15 @@ void eng__matvec_q4_1_q8_avx2(const uint8_t *chunks, int in, int row_begin, int 
         for (int cb = 0; cb < ncol; cb++) {
             const uint8_t *ch = chunks + ((size_t)rb * ncol + cb) * ENG_Q4_1_CHUNK_BYTES;
             int ng = ngroups - cb * GA_GROUPS < GA_GROUPS ? ngroups - cb * GA_GROUPS : GA_GROUPS;
-            /* The next chunk, line by line, spread over this one's groups (as in
-             * gemv-vbmi.c): more lines in flight than the hardware streamer keeps
-             * alone; never past this call's rows. */
-            const uint8_t *pf = ch + ENG_Q4_1_CHUNK_BYTES;
-            int prefetch = pf + ENG_Q4_1_CHUNK_BYTES <= end;
             for (int g = 0; g < ng; g++) {
                 int xg = cb * GA_GROUPS + g;
-                if (prefetch)
-                    for (int l = 0; l < GA_PF_GROUP; l += 64)
-                        _mm_prefetch((const char *)pf + g * GA_PF_GROUP + l, _MM_HINT_T0);
+                ga_prefetch(ch, g, end);
                 const uint8_t *a = ch + 1024 + g * 256;
                 const int8_t *xc = xq->q + (size_t)xg * ENG_Q4_1_GROUP;
                 __m256i e0 = _mm256_setzero_si256(), o0 = e0, e1 = e0, o1 = e0;
 #pragma GCC unroll 8
                 for (int k = 0; k < GA_QUADS; k++) {
-                    int32_t x4;
-                    memcpy(&x4, xc + 4 * k, sizeof x4);
-                    __m256i xp = _mm256_shuffle_epi8(_mm256_set1_epi32(x4), xsh);
+                    __m256i xp = ga_xpat(xc + 4 * k, xsh);
                     __m256i v0 = _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(a + 32 * k)), wsh);
                     __m256i v1 = _mm256_shuffle_epi8(
                         _mm256_loadu_si256((const __m256i *)(a + GA_HALF + 32 * k)), wsh);
@@ -148,10 +166,8 @@ static inline __attribute__((always_inline)) void
 ga_small(const uint8_t *chunks, int in, int row_begin, int row_end, const struct eng_q8x *xq,
          float *y, size_t ldy, const int T)
 {
-    const __m256i wsh = _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15,
-                                         0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
-    const __m256i xsh = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
-                                         2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+    const __m256i wsh = _mm256_load_si256((const __m256i *)ga_wsh);
+    const __m256i xsh = _mm256_load_si256((const __m256i *)ga_xsh);
     const __m256i m4 = _mm256_set1_epi8(15);
     int ncol = (in + ENG_Q4_1_COLS - 1) / ENG_Q4_1_COLS;
     int ngroups = (in + ENG_Q4_1_GROUP - 1) / ENG_Q4_1_GROUP;
@@ -166,14 +182,9 @@ ga_small(const uint8_t *chunks, int in, int row_begin, int row_end, const struct
         for (int cb = 0; cb < ncol; cb++) {
             const uint8_t *ch = chunks + ((size_t)rb * ncol + cb) * ENG_Q4_1_CHUNK_BYTES;
             int ng = ngroups - cb * GA_GROUPS < GA_GROUPS ? ngroups - cb * GA_GROUPS : GA_GROUPS;
-            /* the 1-token kernel's prefetch: the weights stream from DRAM alike */
-            const uint8_t *pf = ch + ENG_Q4_1_CHUNK_BYTES;
-            int prefetch = pf + ENG_Q4_1_CHUNK_BYTES <= end;
             for (int g = 0; g < ng; g++) {
                 int xg = cb * GA_GROUPS + g;
-                if (prefetch)
-                    for (int l = 0; l < GA_PF_GROUP; l += 64)
-                        _mm_prefetch((const char *)pf + g * GA_PF_GROUP + l, _MM_HINT_T0);
+                ga_prefetch(ch, g, end); /* the weights stream from DRAM alike */
                 const int8_t *xc = xq->q + (size_t)xg * ENG_Q4_1_GROUP;
                 for (int h = 0; h < 2; h++) {
                     const uint8_t *a = ch + 1024 + h * GA_HALF + g * 256;
@@ -188,9 +199,7 @@ ga_small(const uint8_t *chunks, int in, int row_begin, int row_end, const struct
                         __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
 #pragma GCC unroll 4
                         for (int t = 0; t < T; t++) {
-                            int32_t x4;
-                            memcpy(&x4, xc + t * xs + 4 * k, sizeof x4);
-                            __m256i xp = _mm256_shuffle_epi8(_mm256_set1_epi32(x4), xsh);
+                            __m256i xp = ga_xpat(xc + t * xs + 4 * k, xsh);
                             e[t] = _mm256_add_epi16(e[t], _mm256_maddubs_epi16(lo, xp));
                             o[t] = _mm256_add_epi16(o[t], _mm256_maddubs_epi16(hi, xp));
                         }
