@@ -513,16 +513,28 @@ def hangup_right_after_request_no_leak():
         return m, rss_kb(pid), time.monotonic() - t
 
     # The allocator's arenas grow over the first ~1000 (one per thread that
-    # allocates) and then stay flat; a leak grows on.
-    m1, rss1, s1 = hangups(1500)
+    # allocates) and then stay flat; a leak grows on. They also grow to the most
+    # requests alive at once, which on a busy machine (the worker slow to see the
+    # hang-ups) can be higher in a later round than in the warm-up, up to
+    # --queue-size: measured once at +3.5 MB beside another daemon's 2b prefill.
+    # That high-water mark is reached once, a leak grows every round; so a round
+    # over the bound is followed by one more, and the last round is the verdict.
+    _, rss1, _ = hangups(1500)
     m2, rss2, s2 = hangups(3000)
-    print("median time to the response head %.2f ms; RSS after 1500 hang-ups %d kB (%.1f s), "
-          "after 3000 more %d kB (%.1f s): %+d kB (bound %d kB%s); cancelled generations "
-          "%d; fds %d (idle %d)"
-          % (t_head * 1e3, rss1, s1, rss2, s2, rss2 - rss1, rss_bound_kb,
+    grew, rounds = rss2 - rss1, 2
+    if not asan and grew > rss_bound_kb:
+        print("RSS grew %d kB over 3000 hang-ups after the warm-up (bound %d kB): one more round"
+              % (grew, rss_bound_kb))
+        rss1 = rss2
+        m2, rss2, s2 = hangups(3000)
+        grew, rounds = rss2 - rss1, 3
+    print("median time to the response head %.2f ms; RSS before round %d %d kB, "
+          "after its 3000 hang-ups %d kB (%.1f s): %+d kB (bound %d kB%s); cancelled "
+          "generations %d; fds %d (idle %d)"
+          % (t_head * 1e3, rounds, rss1, rss2, s2, grew, rss_bound_kb,
              ASAN_NOTE if asan else "", outcome(m2, "cancelled"), fd_count(pid), fds_idle))
-    check(asan or rss2 - rss1 <= rss_bound_kb, "RSS grew %d kB over 3000 hang-ups (bound %d kB)",
-          rss2 - rss1, rss_bound_kb)
+    check(asan or grew <= rss_bound_kb, "RSS grew %d kB over 3000 hang-ups in round %d (bound %d kB)",
+          grew, rounds, rss_bound_kb)
     eq(outcome(m2, "failed"), 0, "failed generations")
     eq(m2["minicpmd_worker_busy"], 0, "minicpmd_worker_busy")
     c = Client(d.port, chat_payload(4))
