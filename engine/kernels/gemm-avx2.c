@@ -24,6 +24,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "engine/kernels/avx2-impl.h"
 #include "engine/kernels/kernels-impl.h"
 
 #define MM_GROUPS (ENG_Q4_1_COLS / ENG_Q4_1_GROUP) /* groups per chunk: 8 */
@@ -38,14 +39,6 @@ struct tile {
     __m256 d[MM_GROUPS][MM_OCT];
     __m256 m[MM_GROUPS][MM_OCT];
 };
-
-/* 16 BF16 values (8 row pairs) at p -> the even rows' and the odd rows' floats. */
-static inline void bf16_even_odd(const uint8_t *p, __m256 *even, __m256 *odd)
-{
-    __m256i w = _mm256_loadu_si256((const __m256i *)p);
-    *even = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-    *odd = _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32((int)0xFFFF0000u)));
-}
 
 /* A 32-byte load is 4 columns x 8 row pairs, column-major; vpermd puts pairs 0-3
  * in the low lane and 4-7 in the high one, vpshufb transposes each lane's 4x4
@@ -65,8 +58,8 @@ static void unpack(const uint8_t *ch, int ng, struct tile *tl)
                 tl->w[g][k][2 * h] = _mm256_and_si256(v, m4);
                 tl->w[g][k][2 * h + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
             }
-            bf16_even_odd(ch + (g * 32 + h * 16) * 2, &tl->d[g][2 * h], &tl->d[g][2 * h + 1]);
-            bf16_even_odd(ch + 512 + (g * 32 + h * 16) * 2, &tl->m[g][2 * h], &tl->m[g][2 * h + 1]);
+            kern_avx2_bf16_even_odd(ch + (g * 32 + h * 16) * 2, &tl->d[g][2 * h], &tl->d[g][2 * h + 1]);
+            kern_avx2_bf16_even_odd(ch + 512 + (g * 32 + h * 16) * 2, &tl->m[g][2 * h], &tl->m[g][2 * h + 1]);
         }
 }
 
@@ -75,14 +68,6 @@ static inline __m256i bcast_x(const int8_t *p)
     int32_t v;
     memcpy(&v, p, sizeof v);
     return _mm256_set1_epi32(v);
-}
-
-/* Rows 0..15 of a half from its even and odd octets, in row order, to y. */
-static inline void store_half(float *y, __m256 even, __m256 odd)
-{
-    __m256 lo = _mm256_unpacklo_ps(even, odd), hi = _mm256_unpackhi_ps(even, odd);
-    _mm256_storeu_ps(y, _mm256_permute2f128_ps(lo, hi, 0x20));
-    _mm256_storeu_ps(y + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
 }
 
 /* Half h of the tile against T (1 or 2) tokens: x of token t at xq + t*xs, its
@@ -126,7 +111,7 @@ block(const struct tile *tl, int ng, int h, const int8_t *xq, size_t xs, const f
 
     for (int t = 0; t < T; t++) {
         if (last)
-            store_half(y + t * ldy + 16 * h, ya[t][0], ya[t][1]);
+            kern_avx2_store_half(y + t * ldy + 16 * h, ya[t][0], ya[t][1]);
         else
             for (int e = 0; e < 2; e++)
                 _mm256_store_ps(part + t * ENG_Q4_1_ROWS + (2 * h + e) * 8, ya[t][e]);

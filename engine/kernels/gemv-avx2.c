@@ -29,6 +29,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "engine/kernels/avx2-impl.h"
 #include "engine/kernels/kernels-impl.h"
 
 #define GA_GROUPS (ENG_Q4_1_COLS / ENG_Q4_1_GROUP) /* 8 */
@@ -65,22 +66,6 @@ static inline void ga_prefetch(const uint8_t *ch, int g, const uint8_t *end)
         return;
     for (int l = 0; l < GA_PF_GROUP; l += 64)
         _mm_prefetch((const char *)pf + g * GA_PF_GROUP + l, _MM_HINT_T0);
-}
-
-/* Rows 0..15 of a half from its even and odd rows, in row order, to y. */
-static inline void ga_store_half(float *y, __m256 even, __m256 odd)
-{
-    __m256 lo = _mm256_unpacklo_ps(even, odd), hi = _mm256_unpackhi_ps(even, odd);
-    _mm256_storeu_ps(y, _mm256_permute2f128_ps(lo, hi, 0x20));
-    _mm256_storeu_ps(y + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
-}
-
-/* 8 BF16 row pairs at p -> even rows' and odd rows' floats. */
-static inline void ga_bf16(const uint8_t *p, __m256 *even, __m256 *odd)
-{
-    __m256i w = _mm256_loadu_si256((const __m256i *)p);
-    *even = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-    *odd = _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32((int)0xFFFF0000u)));
 }
 
 /* 16-bit lanes p of both 128-bit halves, widened and added: 8 int32. */
@@ -130,8 +115,8 @@ void eng__matvec_q4_1_q8_avx2(const uint8_t *chunks, int in, int row_begin, int 
                 __m256i is[2][2] = {{ga_fold(e0), ga_fold(o0)}, {ga_fold(e1), ga_fold(o1)}};
                 for (int h = 0; h < 2; h++) {
                     __m256 d[2], m[2];
-                    ga_bf16(ch + (g * 32 + h * 16) * 2, &d[0], &d[1]);
-                    ga_bf16(ch + 512 + (g * 32 + h * 16) * 2, &m[0], &m[1]);
+                    kern_avx2_bf16_even_odd(ch + (g * 32 + h * 16) * 2, &d[0], &d[1]);
+                    kern_avx2_bf16_even_odd(ch + 512 + (g * 32 + h * 16) * 2, &m[0], &m[1]);
                     for (int e = 0; e < 2; e++) {
                         __m256 dd = _mm256_mul_ps(d[e], dx);
                         ya[h][e] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(is[h][e]), ya[h][e]);
@@ -141,8 +126,8 @@ void eng__matvec_q4_1_q8_avx2(const uint8_t *chunks, int in, int row_begin, int 
             }
         }
         float *yr = y + (size_t)rb * ENG_Q4_1_ROWS;
-        ga_store_half(yr, ya[0][0], ya[0][1]);
-        ga_store_half(yr + 16, ya[1][0], ya[1][1]);
+        kern_avx2_store_half(yr, ya[0][0], ya[0][1]);
+        kern_avx2_store_half(yr + 16, ya[1][0], ya[1][1]);
     }
 }
 
@@ -205,8 +190,8 @@ ga_small(const uint8_t *chunks, int in, int row_begin, int row_end, const struct
                         }
                     }
                     __m256 d[2], m[2];
-                    ga_bf16(ch + (g * 32 + h * 16) * 2, &d[0], &d[1]);
-                    ga_bf16(ch + 512 + (g * 32 + h * 16) * 2, &m[0], &m[1]);
+                    kern_avx2_bf16_even_odd(ch + (g * 32 + h * 16) * 2, &d[0], &d[1]);
+                    kern_avx2_bf16_even_odd(ch + 512 + (g * 32 + h * 16) * 2, &m[0], &m[1]);
 #pragma GCC unroll 4
                     for (int t = 0; t < T; t++) {
                         __m256 dx = _mm256_set1_ps(xq->d[t * ss + xg]);
@@ -227,8 +212,8 @@ ga_small(const uint8_t *chunks, int in, int row_begin, int row_end, const struct
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
             float *yr = y + (size_t)t * ldy + (size_t)rb * ENG_Q4_1_ROWS;
-            ga_store_half(yr, _mm256_load_ps(acc[t]), _mm256_load_ps(acc[t] + 8));
-            ga_store_half(yr + 16, _mm256_load_ps(acc[t] + 16), _mm256_load_ps(acc[t] + 24));
+            kern_avx2_store_half(yr, _mm256_load_ps(acc[t]), _mm256_load_ps(acc[t] + 8));
+            kern_avx2_store_half(yr + 16, _mm256_load_ps(acc[t] + 16), _mm256_load_ps(acc[t] + 24));
         }
     }
 }
