@@ -58,8 +58,10 @@ static inline __m256i ga_xpat(const int8_t *p, __m256i xsh)
 
 /* Group g's share of the chunk after ch, line by line, so the prefetches spread
  * over the compute (as in gemv-vbmi.c): more lines in flight than the hardware
- * streamer keeps alone; never at or past `end`, the end of this call's rows. */
-static inline void ga_prefetch(const uint8_t *ch, int g, const uint8_t *end)
+ * streamer keeps alone; never at or past `end`, the end of this call's rows.
+ * always_inline: see kern_mm_prefetch_next (GCC deletes an outlined prefetch). */
+static inline __attribute__((always_inline)) void
+ga_prefetch(const uint8_t *ch, int g, const uint8_t *end)
 {
     const uint8_t *pf = ch + ENG_Q4_1_CHUNK_BYTES;
     if (pf + ENG_Q4_1_CHUNK_BYTES > end)

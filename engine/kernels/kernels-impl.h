@@ -60,8 +60,14 @@ static inline struct kern_mm_chunk kern_mm_chunk(const uint8_t *chunks, int in,
 
 /* Prefetch the chunk after c in memory when it is the next one the walk unpacks
  * (not a later pass over this row block's chunks, which are in L2 by then): from
- * DRAM while this one computes. rb_end is the walk's end row block. */
-static inline void kern_mm_prefetch_next(const struct kern_mm_chunk *c, int rb, int rb_end,
+ * DRAM while this one computes. rb_end is the walk's end row block.
+ *
+ * always_inline, as every helper that only prefetches must be: GCC 12 otherwise
+ * splits the loop into a function of its own (partial inlining), finds it free of
+ * side effects (a prefetch has none it must keep) and deletes the call. That
+ * happened here and in gemv-avx2.c without a word; test-kernels' "prefetch"
+ * check counts the instructions in the built kernels. */
+static inline __attribute__((always_inline)) void kern_mm_prefetch_next(const struct kern_mm_chunk *c, int rb, int rb_end,
                                          int p0, int pass, int n_tok)
 {
     if (c->last && (p0 + pass < n_tok || rb + 1 >= rb_end))
