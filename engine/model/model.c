@@ -371,6 +371,7 @@ static void fill_costs(eng_model *m)
     }
     in->weight_bytes_per_token = bytes;
     in->macs_per_token = macs;
+    in->head_macs = (int64_t)m->lm_head.rows * m->lm_head.cols;
     in->kv_bytes_per_token = (int64_t)hp->n_layers * 2 * in->n_kv_real * hp->head_dim * 2;
 }
 

@@ -53,7 +53,9 @@ struct eng_model_info {
     int n_threads;
     int64_t kv_bytes_per_token;  /* all layers, K and V */
     int64_t weight_bytes_per_token; /* weight bytes one decode step reads */
-    int64_t macs_per_token;      /* multiply-accumulates of one token's matmuls */
+    int64_t macs_per_token;      /* multiply-accumulates of one decode step's matmuls */
+    int64_t head_macs;           /* of those, the lm_head's: a prompt runs it once, for its
+                                  * last position, not once per token */
     const char *isa;             /* kernels in use, e.g. "avx512-vnni" */
     const char *weights;         /* "mmap" or "copy": where the matmul weights are read */
     int64_t weights_bytes;       /* copy: bytes copied (all but the embedding) */

@@ -12,7 +12,12 @@
  * roofs (tools/bench/roof.h): decode reads every weight once per token, so its
  * ceiling is read bandwidth / weight bytes per token; prefill is matmul-bound,
  * so its ceiling is the int8 MAC peak (f32 activations: the FMA peak, one MAC
- * per FMA lane) / MACs per token. The ratios say how much is left on the table.
+ * per FMA lane) / MACs per prompt token (every layer's matmuls; the lm_head runs
+ * once per prompt, for the last position). The ratios say how much is left on
+ * the table.
+ * Decode is also compared with the read roof measured right around each of its
+ * reps (the "same-moment" ratio): where other tenants move the host's memory
+ * bandwidth from minute to minute, that is the ratio that means something.
  * --isa limits the kernels and the roofs alike to a lesser ISA (what a CPU
  * without AVX-512 would run, measured here).
  *
@@ -34,6 +39,7 @@
 
 #define BENCH_ROOF_BYTES ((size_t)1 << 30) /* far past any cache */
 #define BENCH_ROOF_REPS 5
+#define BENCH_ROOF_PAIRED_REPS 2 /* read roof before and after each decode rep: 2 passes each */
 #define BENCH_ROOF_SECONDS 0.5
 #define BENCH_SEED 0x6d696e69637075ull
 #define BENCH_MAX_BATCH 16
@@ -51,6 +57,11 @@ struct bench_result {
     double prefill_tps, decode_tps;       /* medians, tokens per second */
     double batch_tps;                     /* --batch: decode tokens/s of all sequences */
     double roof_gbs, roof_int8_macs, roof_f32_flops;
+    /* The read roof measured right before and right after each decode rep (the
+     * better of the two), and decode's share of it, rep by rep: on a host whose
+     * memory bandwidth moves from minute to minute with other tenants, the one
+     * roof taken at the start can be far from what the reps had. Medians. */
+    double roof_paired_gbs, decode_paired_ratio, roof_paired_min, roof_paired_max;
     double load_s;                        /* eng_model_open, the weights' copy included */
 };
 
@@ -190,20 +201,13 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
     return rc;
 }
 
-/* The roofs, on a pool of the model's size. The model's own pool is idle (its
- * workers asleep) meanwhile, so the two do not compete. */
-static int measure_roofs(int threads, struct bench_result *r)
+/* The roofs once, before the model runs: the read roof as the best of
+ * BENCH_ROOF_REPS passes, the compute peaks. */
+static int measure_roofs(eng_pool *pool, struct bench_result *r)
 {
-    eng_pool *pool = NULL;
-    int rc = eng_pool_new(threads, &pool);
-    if (rc) {
-        fprintf(stderr, "minicpmd-bench: cannot start %d threads: %s\n", threads, strerror(-rc));
-        return -1;
-    }
     r->roof_gbs = roof_read_bandwidth(pool, BENCH_ROOF_BYTES, BENCH_ROOF_REPS);
     r->roof_int8_macs = roof_int8_macs(pool, BENCH_ROOF_SECONDS);
     r->roof_f32_flops = roof_f32_flops(pool, BENCH_ROOF_SECONDS);
-    eng_pool_free(pool);
     if (r->roof_gbs <= 0) {
         fprintf(stderr, "minicpmd-bench: cannot allocate %zu bytes for the bandwidth roof\n",
                 BENCH_ROOF_BYTES);
@@ -276,17 +280,25 @@ out:
     return rc;
 }
 
-static int measure_model(eng_model *m, const struct bench_opts *o, struct bench_result *r)
+/* The read roof now, for one decode rep: see struct bench_result. */
+static double roof_now(eng_pool *pool)
+{
+    return roof_read_bandwidth(pool, BENCH_ROOF_BYTES, BENCH_ROOF_PAIRED_REPS);
+}
+
+static int measure_model(eng_model *m, eng_pool *roof_pool, const struct bench_opts *o,
+                         struct bench_result *r)
 {
     const struct eng_model_info *info = eng_model_get_info(m);
     int n_vocab = info->hp.n_vocab, rc = -1;
     int32_t *prompt = malloc((size_t)o->prompt * sizeof *prompt);
     float *logits = malloc((size_t)n_vocab * sizeof *logits);
     double *tp = malloc((size_t)o->reps * sizeof *tp), *td = malloc((size_t)o->reps * sizeof *td);
+    double *rr = malloc((size_t)o->reps * sizeof *rr), *rq = malloc((size_t)o->reps * sizeof *rq);
     eng_seq *s = NULL;
     char err[256];
 
-    if (!prompt || !logits || !tp || !td) {
+    if (!prompt || !logits || !tp || !td || !rr || !rq) {
         fprintf(stderr, "minicpmd-bench: out of memory\n");
         goto out;
     }
@@ -319,7 +331,8 @@ static int measure_model(eng_model *m, const struct bench_opts *o, struct bench_
             fprintf(stderr, "minicpmd-bench: prefill: %s\n", eng_seq_error(s));
             goto out;
         }
-        double t1 = ut_now_s();
+        double t1 = ut_now_s(), before = roof_now(roof_pool);
+        double t1d = ut_now_s();
         for (int i = 0; i < o->gen; i++) {
             int32_t tok = argmax(logits, n_vocab);
             if ((rc = eng_seq_forward(s, &tok, 1, logits))) {
@@ -327,19 +340,32 @@ static int measure_model(eng_model *m, const struct bench_opts *o, struct bench_
                 goto out;
             }
         }
-        double t2 = ut_now_s();
+        double t2 = ut_now_s(), after = roof_now(roof_pool);
         tp[rep] = (double)o->prompt / (t1 - t0);
-        td[rep] = (double)o->gen / (t2 - t1);
+        td[rep] = (double)o->gen / (t2 - t1d);
+        rr[rep] = before > after ? before : after;
+        if (rr[rep] <= 0) {
+            fprintf(stderr, "minicpmd-bench: cannot allocate %zu bytes for the bandwidth roof\n",
+                    BENCH_ROOF_BYTES);
+            goto out;
+        }
+        rq[rep] = td[rep] * (double)info->weight_bytes_per_token / 1e9 / rr[rep];
         eng_seq_free(s);
         s = NULL;
     }
     r->prefill_tps = median(tp, o->reps);
     r->decode_tps = median(td, o->reps);
+    r->decode_paired_ratio = median(rq, o->reps);
+    r->roof_paired_gbs = median(rr, o->reps); /* sorts rr */
+    r->roof_paired_min = rr[0];
+    r->roof_paired_max = rr[o->reps - 1];
     if (o->batch > 1 && (rc = bench_batch(m, o, prompt, td, r)))
         goto out;
     rc = 0;
 out:
     eng_seq_free(s);
+    free(rq);
+    free(rr);
     free(td);
     free(tp);
     free(logits);
@@ -350,7 +376,10 @@ out:
 static void report(const struct bench_opts *o, const struct eng_pack_info *pi,
                    const struct eng_model_info *mi, const struct bench_result *r)
 {
-    double bytes = (double)mi->weight_bytes_per_token, macs = (double)mi->macs_per_token;
+    double bytes = (double)mi->weight_bytes_per_token;
+    /* A prompt's matmuls: every layer's for each token, the lm_head's once (the
+     * last position's logits; eng_seq_head). */
+    double macs = (double)(mi->macs_per_token - mi->head_macs) + (double)mi->head_macs / o->prompt;
     double gbs = r->decode_tps * bytes / 1e9;
     double gmacs = r->prefill_tps * macs / 1e9;
     /* The compute roof the prefill matmuls can use: int8 MACs with q8
@@ -361,7 +390,7 @@ static void report(const struct bench_opts *o, const struct eng_pack_info *pi,
     if (o->json) {
         json_t *j = json_pack(
             "{s:s, s:s, s:s, s:i, s:s, s:s, s:i, s:i, s:i, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f,"
-            " s:f, s:f, s:f, s:s, s:s, s:I, s:f}",
+            " s:f, s:f, s:f, s:s, s:s, s:I, s:f, s:f, s:f, s:f, s:f, s:f}",
             "pack", pi->dir, "model_type", pi->model_type, "format",
             eng_weights_format_name(pi->format), "threads", mi->n_threads, "isa", mi->isa, "act",
             act, "prompt_tokens", o->prompt, "gen_tokens", o->gen, "reps", o->reps,
@@ -371,7 +400,16 @@ static void report(const struct bench_opts *o, const struct eng_pack_info *pi,
             gbs / r->roof_gbs, "prefill_gmac_s", gmacs, "roof_int8_gmac_s", r->roof_int8_macs / 1e9,
             "roof_f32_gflop_s", r->roof_f32_flops / 1e9, "prefill_compute_ratio",
             gmacs / roof_gmacs, "roof_isa", roof_isa_name(), "weights", mi->weights,
-            "weights_huge_bytes", (json_int_t)mi->weights_huge_bytes, "load_s", r->load_s);
+            "weights_huge_bytes", (json_int_t)mi->weights_huge_bytes, "load_s", r->load_s,
+            "roof_read_paired_gb_s", r->roof_paired_gbs, "roof_read_paired_min_gb_s",
+            r->roof_paired_min, "roof_read_paired_max_gb_s", r->roof_paired_max,
+            "decode_bw_ratio_paired", r->decode_paired_ratio, "prefill_macs_per_token", macs);
+        if (j && o->batch > 1 &&
+            (json_object_set_new(j, "batch", json_integer(o->batch)) ||
+             json_object_set_new(j, "batch_tok_s", json_real(r->batch_tps)))) {
+            json_decref(j);
+            j = NULL;
+        }
         if (!j) {
             fprintf(stderr, "minicpmd-bench: cannot build the JSON report\n");
             return;
@@ -388,9 +426,12 @@ static void report(const struct bench_opts *o, const struct eng_pack_info *pi,
         printf(", %.0f of %.0f MiB in huge pages", mi->weights_huge_bytes / 1048576.0,
                mi->weights_bytes / 1048576.0);
     printf("; loaded in %.2f s\n", r->load_s);
-    printf("per token       %.1f MB weights read, %.3f G MACs\n", bytes / 1e6, macs / 1e9);
+    printf("per token       decode: %.1f MB weights read, %.3f G MACs; prefill: %.3f G MACs\n",
+           bytes / 1e6, mi->macs_per_token / 1e9, macs / 1e9);
     printf("decode          %8.2f tok/s  %7.2f GB/s  = %5.1f%% of %.2f GB/s read roof\n",
            r->decode_tps, gbs, 100 * gbs / r->roof_gbs, r->roof_gbs);
+    printf("  same moment   %5.1f%% of the read roof measured around each rep (median; roofs %.1f-%.1f GB/s)\n",
+           100 * r->decode_paired_ratio, r->roof_paired_min, r->roof_paired_max);
     if (o->batch > 1)
         printf("decode batch %-2d %8.2f tok/s  = %.2fx one sequence (all %d together)\n",
                o->batch, r->batch_tps, r->batch_tps / r->decode_tps, o->batch);
@@ -414,6 +455,7 @@ int main(int argc, char **argv)
     struct bench_result r = { 0 };
     eng_pack *pack = NULL;
     eng_model *model = NULL;
+    eng_pool *roof_pool = NULL;
     char err[512];
     int rc = 1;
 
@@ -438,11 +480,20 @@ int main(int argc, char **argv)
     }
     r.load_s = ut_now_s() - t0;
     const struct eng_model_info *mi = eng_model_get_info(model);
-    if (measure_roofs(mi->n_threads, &r) || measure_model(model, &o, &r))
+    /* The roofs' own pool, of the model's size. The model's pool is idle (its
+     * workers asleep) while a roof runs, and the other way round, so the two
+     * never compete. */
+    int prc = eng_pool_new(mi->n_threads, &roof_pool);
+    if (prc) {
+        fprintf(stderr, "minicpmd-bench: cannot start %d threads: %s\n", mi->n_threads, strerror(-prc));
+        goto out;
+    }
+    if (measure_roofs(roof_pool, &r) || measure_model(model, roof_pool, &o, &r))
         goto out;
     report(&o, pi, mi, &r);
     rc = 0;
 out:
+    eng_pool_free(roof_pool);
     eng_model_free(model);
     eng_pack_free(pack);
     return rc;
