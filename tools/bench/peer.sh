@@ -113,7 +113,8 @@ print(f'{"":22}{"prefill tok/s":>14}{"decode tok/s":>14}')
 for name, rs in (('minicpmd (Q4NX)', mc), ('llama.cpp Q4_1 (same)', ll['q4_1']),
                  ('llama.cpp Q4_0 (best)', ll['q4_0'])):
     print(f'{name:22}{med(rs, "prefill_tok_s"):14.2f}{med(rs, "decode_tok_s"):14.2f}')
-print(f'minicpmd decode {med(mc, "decode_bw_ratio"):.2f} of the read roof, prefill '
+print(f'minicpmd decode {med(mc, "decode_bw_ratio"):.2f} of the read roof '
+      f'({med(mc, "decode_bw_ratio_paired"):.2f} of the roof measured around its reps), prefill '
       f'{med(mc, "prefill_compute_ratio"):.2f} of the int8 roof')
 for t, label in (('q4_1', 'same weights, Q4_1'), ('q4_0', "llama.cpp's best, Q4_0")):
     print(f'ratio minicpmd / llama.cpp ({label}): prefill '
