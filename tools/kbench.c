@@ -21,7 +21,9 @@
  * MiniCPM5-2B shapes for 1, 16, 64 and 512 tokens: median (and best) GMAC/s over
  * up to reps calls, each on a fresh copy of the weights (so they come from DRAM
  * once per call, as in prefill), beside the vpdpbusd peak of this core (best of a
- * tight loop of independent vpdpbusd zmm, 64 MACs each) and the ratio to it. Both
+ * tight loop of independent vpdpbusd zmm, 64 MACs each) and the ratio to it, and
+ * the same loop with the float work exact Q4_1 owes per 8 vpdpbusd (the tile
+ * kernels' arithmetic ceiling, loads aside). Both
  * are timed in thread CPU time, so a busy machine's other processes do not count.
  * x is quantized outside the timing (eng_q8x_quantize_batch, printed apart).
  * KBENCH_HOT=1 reuses one copy of the weights (the compute ceiling);
@@ -255,6 +257,71 @@ static double vpdpbusd_peak(void)
 #endif
 }
 
+/* The same, with the float work an exact Q4_1 x int8 kernel owes every 8
+ * vpdpbusd of a 16-row, one-token accumulator (per 32-column group): vcvtdq2ps of
+ * the group's integer sum, vmulps d_w * d_x, vfmadd of the scaled sum, vfmadd of
+ * min * sum_x. Register operands only, two groups in flight with their own float
+ * accumulators (so no FMA latency chain binds): the ceiling of the tile kernels'
+ * arithmetic on this core, loads and broadcasts aside. vpdpbusd per second. */
+__attribute__((target("avx512f"))) /* zmm16-31 may be named (called only with VNNI) */
+static double vpdpbusd_q4_1_ceiling(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (!eng_isa_has_vnni())
+        return 0;
+    const long iters = 5 * 1000 * 1000; /* x 16 vpdpbusd */
+    double best = 0;
+    for (int round = 0; round < 7; round++) {
+        long n = iters;
+        double t0 = cpu_now();
+        __asm__ volatile(
+            "vpternlogd $0xff, %%zmm12, %%zmm12, %%zmm12\n\t"
+            "vpxord %%zmm13, %%zmm13, %%zmm13\n\t"
+            "vxorps %%zmm18, %%zmm18, %%zmm18\n\t"
+            "vxorps %%zmm19, %%zmm19, %%zmm19\n\t"
+            "1:\n\t"
+            "vpdpbusd %%zmm13, %%zmm12, %%zmm0\n\t"
+            "vpdpbusd %%zmm13, %%zmm12, %%zmm1\n\t"
+            "vpdpbusd %%zmm13, %%zmm12, %%zmm2\n\t"
+            "vpdpbusd %%zmm13, %%zmm12, %%zmm3\n\t"
+            "vpdpbusd %%zmm13, %%zmm12, %%zmm4\n\t"
+            "vpdpbusd %%zmm13, %%zmm12, %%zmm5\n\t"
+            "vpdpbusd %%zmm13, %%zmm12, %%zmm6\n\t"
+            "vpdpbusd %%zmm13, %%zmm12, %%zmm7\n\t"
+            "vcvtdq2ps %%zmm0, %%zmm14\n\t"
+            "vmulps %%zmm18, %%zmm19, %%zmm15\n\t"
+            "vfmadd231ps %%zmm15, %%zmm14, %%zmm16\n\t"
+            "vfmadd231ps %%zmm18, %%zmm19, %%zmm17\n\t"
+            "vpdpbusd %%zmm13, %%zmm12, %%zmm8\n\t"
+            "vpdpbusd %%zmm13, %%zmm12, %%zmm9\n\t"
+            "vpdpbusd %%zmm13, %%zmm12, %%zmm10\n\t"
+            "vpdpbusd %%zmm13, %%zmm12, %%zmm11\n\t"
+            "vpdpbusd %%zmm13, %%zmm12, %%zmm24\n\t"
+            "vpdpbusd %%zmm13, %%zmm12, %%zmm25\n\t"
+            "vpdpbusd %%zmm13, %%zmm12, %%zmm26\n\t"
+            "vpdpbusd %%zmm13, %%zmm12, %%zmm27\n\t"
+            "vcvtdq2ps %%zmm8, %%zmm22\n\t"
+            "vmulps %%zmm18, %%zmm19, %%zmm23\n\t"
+            "vfmadd231ps %%zmm23, %%zmm22, %%zmm20\n\t"
+            "vfmadd231ps %%zmm18, %%zmm19, %%zmm21\n\t"
+            "dec %0\n\t"
+            "jnz 1b\n\t"
+            "vzeroupper\n\t"
+            : "+r"(n)
+            :
+            : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+              "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18",
+              "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "cc");
+        double r = (double)iters * 16 / (cpu_now() - t0);
+        if (r > best)
+            best = r;
+    }
+    return best;
+#else
+    return 0;
+#endif
+}
+
 static void bench_gemm_shape(int out, int in, int reps, double peak_gmacs)
 {
     static const int ntoks[] = { 1, 16, 64, 512 };
@@ -324,8 +391,12 @@ static int bench_gemm(int reps)
            : isa == ENG_ISA_AVX512 || isa == ENG_ISA_SCALAR ? " (scalar int8 matmul)"
                                                              : " (vpmaddubsw int8 matmul)",
            reps);
-    if (peak > 0)
+    if (peak > 0) {
+        double q = vpdpbusd_q4_1_ceiling() * 64 / 1e9;
         printf("vpdpbusd zmm peak: %.1f GMAC/s (%.2f G instructions/s)\n", peak, peak / 64);
+        printf("with Q4_1's float work per 8 (cvt, mul, 2 fma): %.1f GMAC/s = %.2f of peak,"
+               " the tile kernels' arithmetic ceiling\n", q, q / peak);
+    }
     bench_gemm_shape(2048, 2048, reps, peak); /* q_proj, o_proj */
     bench_gemm_shape(256, 2048, reps, peak);  /* k_proj, v_proj */
     bench_gemm_shape(6144, 2048, reps, peak); /* gate, up */
