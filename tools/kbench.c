@@ -211,112 +211,118 @@ static double cpu_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Independent vpdpbusd zmm per second: 12 accumulators (more than latency x
- * throughput on current cores) on register operands, best of 7 rounds. Inline asm
- * so the compiler can neither fold nor reorder it; 0 without AVX-512 VNNI. */
-static double vpdpbusd_peak(void)
-{
 #if defined(__x86_64__) && defined(__GNUC__)
+/* n rounds of 12 independent vpdpbusd zmm (more accumulators than latency x
+ * throughput on current cores), register operands. Inline asm so the compiler
+ * can neither fold nor reorder it. */
+static void loop_vpdpbusd(long n)
+{
+    __asm__ volatile(
+        "vpternlogd $0xff, %%zmm12, %%zmm12, %%zmm12\n\t"
+        "vpxord %%zmm13, %%zmm13, %%zmm13\n\t"
+        "1:\n\t"
+        "vpdpbusd %%zmm13, %%zmm12, %%zmm0\n\t"
+        "vpdpbusd %%zmm13, %%zmm12, %%zmm1\n\t"
+        "vpdpbusd %%zmm13, %%zmm12, %%zmm2\n\t"
+        "vpdpbusd %%zmm13, %%zmm12, %%zmm3\n\t"
+        "vpdpbusd %%zmm13, %%zmm12, %%zmm4\n\t"
+        "vpdpbusd %%zmm13, %%zmm12, %%zmm5\n\t"
+        "vpdpbusd %%zmm13, %%zmm12, %%zmm6\n\t"
+        "vpdpbusd %%zmm13, %%zmm12, %%zmm7\n\t"
+        "vpdpbusd %%zmm13, %%zmm12, %%zmm8\n\t"
+        "vpdpbusd %%zmm13, %%zmm12, %%zmm9\n\t"
+        "vpdpbusd %%zmm13, %%zmm12, %%zmm10\n\t"
+        "vpdpbusd %%zmm13, %%zmm12, %%zmm11\n\t"
+        "dec %0\n\t"
+        "jnz 1b\n\t"
+        "vzeroupper\n\t"
+        : "+r"(n)
+        :
+        : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+          "xmm10", "xmm11", "xmm12", "xmm13", "cc");
+}
+
+/* n rounds of two 32-column groups as an exact Q4_1 x int8 kernel computes them,
+ * registers only: per group 8 vpdpbusd of a 16-row, one-token accumulator and the
+ * float work they owe (vcvtdq2ps of the integer sum, vmulps d_w * d_x, vfmadd of
+ * the scaled sum, vfmadd of min * sum_x), each group with its own float
+ * accumulators so no FMA latency chain binds. 16 vpdpbusd a round. */
+__attribute__((target("avx512f"))) /* zmm16-27 may be named (called only with VNNI) */
+static void loop_vpdpbusd_q4_1(long n)
+{
+    __asm__ volatile(
+        "vpternlogd $0xff, %%zmm12, %%zmm12, %%zmm12\n\t"
+        "vpxord %%zmm13, %%zmm13, %%zmm13\n\t"
+        "vxorps %%zmm18, %%zmm18, %%zmm18\n\t"
+        "vxorps %%zmm19, %%zmm19, %%zmm19\n\t"
+        "1:\n\t"
+        "vpdpbusd %%zmm13, %%zmm12, %%zmm0\n\t"
+        "vpdpbusd %%zmm13, %%zmm12, %%zmm1\n\t"
+        "vpdpbusd %%zmm13, %%zmm12, %%zmm2\n\t"
+        "vpdpbusd %%zmm13, %%zmm12, %%zmm3\n\t"
+        "vpdpbusd %%zmm13, %%zmm12, %%zmm4\n\t"
+        "vpdpbusd %%zmm13, %%zmm12, %%zmm5\n\t"
+        "vpdpbusd %%zmm13, %%zmm12, %%zmm6\n\t"
+        "vpdpbusd %%zmm13, %%zmm12, %%zmm7\n\t"
+        "vcvtdq2ps %%zmm0, %%zmm14\n\t"
+        "vmulps %%zmm18, %%zmm19, %%zmm15\n\t"
+        "vfmadd231ps %%zmm15, %%zmm14, %%zmm16\n\t"
+        "vfmadd231ps %%zmm18, %%zmm19, %%zmm17\n\t"
+        "vpdpbusd %%zmm13, %%zmm12, %%zmm8\n\t"
+        "vpdpbusd %%zmm13, %%zmm12, %%zmm9\n\t"
+        "vpdpbusd %%zmm13, %%zmm12, %%zmm10\n\t"
+        "vpdpbusd %%zmm13, %%zmm12, %%zmm11\n\t"
+        "vpdpbusd %%zmm13, %%zmm12, %%zmm24\n\t"
+        "vpdpbusd %%zmm13, %%zmm12, %%zmm25\n\t"
+        "vpdpbusd %%zmm13, %%zmm12, %%zmm26\n\t"
+        "vpdpbusd %%zmm13, %%zmm12, %%zmm27\n\t"
+        "vcvtdq2ps %%zmm8, %%zmm22\n\t"
+        "vmulps %%zmm18, %%zmm19, %%zmm23\n\t"
+        "vfmadd231ps %%zmm23, %%zmm22, %%zmm20\n\t"
+        "vfmadd231ps %%zmm18, %%zmm19, %%zmm21\n\t"
+        "dec %0\n\t"
+        "jnz 1b\n\t"
+        "vzeroupper\n\t"
+        : "+r"(n)
+        :
+        : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+          "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18",
+          "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "cc");
+}
+
+/* vpdpbusd per second of loop(rounds), `per_round` of them a round: best of 7,
+ * thread CPU time; 0 without AVX-512 VNNI. */
+static double vpdpbusd_rate(void (*loop)(long), long rounds, int per_round)
+{
     if (!eng_isa_has_vnni())
         return 0;
-    const long iters = 10 * 1000 * 1000; /* x 12 instructions */
     double best = 0;
     for (int round = 0; round < 7; round++) {
-        long n = iters;
         double t0 = cpu_now();
-        __asm__ volatile(
-            "vpternlogd $0xff, %%zmm12, %%zmm12, %%zmm12\n\t"
-            "vpxord %%zmm13, %%zmm13, %%zmm13\n\t"
-            "1:\n\t"
-            "vpdpbusd %%zmm13, %%zmm12, %%zmm0\n\t"
-            "vpdpbusd %%zmm13, %%zmm12, %%zmm1\n\t"
-            "vpdpbusd %%zmm13, %%zmm12, %%zmm2\n\t"
-            "vpdpbusd %%zmm13, %%zmm12, %%zmm3\n\t"
-            "vpdpbusd %%zmm13, %%zmm12, %%zmm4\n\t"
-            "vpdpbusd %%zmm13, %%zmm12, %%zmm5\n\t"
-            "vpdpbusd %%zmm13, %%zmm12, %%zmm6\n\t"
-            "vpdpbusd %%zmm13, %%zmm12, %%zmm7\n\t"
-            "vpdpbusd %%zmm13, %%zmm12, %%zmm8\n\t"
-            "vpdpbusd %%zmm13, %%zmm12, %%zmm9\n\t"
-            "vpdpbusd %%zmm13, %%zmm12, %%zmm10\n\t"
-            "vpdpbusd %%zmm13, %%zmm12, %%zmm11\n\t"
-            "dec %0\n\t"
-            "jnz 1b\n\t"
-            "vzeroupper\n\t"
-            : "+r"(n)
-            :
-            : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
-              "xmm10", "xmm11", "xmm12", "xmm13", "cc");
-        double r = (double)iters * 12 / (cpu_now() - t0);
+        loop(rounds);
+        double r = (double)rounds * per_round / (cpu_now() - t0);
         if (r > best)
             best = r;
     }
     return best;
+}
+#endif
+
+/* The vpdpbusd zmm peak, and the ceiling of exact Q4_1 arithmetic (the tile
+ * kernels' loads and broadcasts aside), in vpdpbusd per second. */
+static double vpdpbusd_peak(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    return vpdpbusd_rate(loop_vpdpbusd, 10 * 1000 * 1000, 12);
 #else
     return 0;
 #endif
 }
 
-/* The same, with the float work an exact Q4_1 x int8 kernel owes every 8
- * vpdpbusd of a 16-row, one-token accumulator (per 32-column group): vcvtdq2ps of
- * the group's integer sum, vmulps d_w * d_x, vfmadd of the scaled sum, vfmadd of
- * min * sum_x. Register operands only, two groups in flight with their own float
- * accumulators (so no FMA latency chain binds): the ceiling of the tile kernels'
- * arithmetic on this core, loads and broadcasts aside. vpdpbusd per second. */
-__attribute__((target("avx512f"))) /* zmm16-31 may be named (called only with VNNI) */
 static double vpdpbusd_q4_1_ceiling(void)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (!eng_isa_has_vnni())
-        return 0;
-    const long iters = 5 * 1000 * 1000; /* x 16 vpdpbusd */
-    double best = 0;
-    for (int round = 0; round < 7; round++) {
-        long n = iters;
-        double t0 = cpu_now();
-        __asm__ volatile(
-            "vpternlogd $0xff, %%zmm12, %%zmm12, %%zmm12\n\t"
-            "vpxord %%zmm13, %%zmm13, %%zmm13\n\t"
-            "vxorps %%zmm18, %%zmm18, %%zmm18\n\t"
-            "vxorps %%zmm19, %%zmm19, %%zmm19\n\t"
-            "1:\n\t"
-            "vpdpbusd %%zmm13, %%zmm12, %%zmm0\n\t"
-            "vpdpbusd %%zmm13, %%zmm12, %%zmm1\n\t"
-            "vpdpbusd %%zmm13, %%zmm12, %%zmm2\n\t"
-            "vpdpbusd %%zmm13, %%zmm12, %%zmm3\n\t"
-            "vpdpbusd %%zmm13, %%zmm12, %%zmm4\n\t"
-            "vpdpbusd %%zmm13, %%zmm12, %%zmm5\n\t"
-            "vpdpbusd %%zmm13, %%zmm12, %%zmm6\n\t"
-            "vpdpbusd %%zmm13, %%zmm12, %%zmm7\n\t"
-            "vcvtdq2ps %%zmm0, %%zmm14\n\t"
-            "vmulps %%zmm18, %%zmm19, %%zmm15\n\t"
-            "vfmadd231ps %%zmm15, %%zmm14, %%zmm16\n\t"
-            "vfmadd231ps %%zmm18, %%zmm19, %%zmm17\n\t"
-            "vpdpbusd %%zmm13, %%zmm12, %%zmm8\n\t"
-            "vpdpbusd %%zmm13, %%zmm12, %%zmm9\n\t"
-            "vpdpbusd %%zmm13, %%zmm12, %%zmm10\n\t"
-            "vpdpbusd %%zmm13, %%zmm12, %%zmm11\n\t"
-            "vpdpbusd %%zmm13, %%zmm12, %%zmm24\n\t"
-            "vpdpbusd %%zmm13, %%zmm12, %%zmm25\n\t"
-            "vpdpbusd %%zmm13, %%zmm12, %%zmm26\n\t"
-            "vpdpbusd %%zmm13, %%zmm12, %%zmm27\n\t"
-            "vcvtdq2ps %%zmm8, %%zmm22\n\t"
-            "vmulps %%zmm18, %%zmm19, %%zmm23\n\t"
-            "vfmadd231ps %%zmm23, %%zmm22, %%zmm20\n\t"
-            "vfmadd231ps %%zmm18, %%zmm19, %%zmm21\n\t"
-            "dec %0\n\t"
-            "jnz 1b\n\t"
-            "vzeroupper\n\t"
-            : "+r"(n)
-            :
-            : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
-              "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18",
-              "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "cc");
-        double r = (double)iters * 16 / (cpu_now() - t0);
-        if (r > best)
-            best = r;
-    }
-    return best;
+    return vpdpbusd_rate(loop_vpdpbusd_q4_1, 5 * 1000 * 1000, 16);
 #else
     return 0;
 #endif
