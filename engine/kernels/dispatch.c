@@ -7,8 +7,9 @@
 struct kern_table {
     kern_q4_1_fn q4_1;
     kern_bf16_fn bf16;
-    kern_q4_1_q8_fn q4_1_q8;
-    kern_q4_1_q8_mm_fn q4_1_q8_mm;
+    kern_q4_1_q8_fn q4_1_q8;         /* one token (decode) */
+    kern_q4_1_q8_mm_fn q4_1_q8_few;  /* 2 .. ENG_GEMV_MAX_TOK tokens; NULL: q4_1_q8_mm */
+    kern_q4_1_q8_mm_fn q4_1_q8_mm;   /* more (prefill): the tile kernel */
     kern_q8x_batch_fn q8x_batch;
     kern_attn_fn attn;
     kern_silu_fn silu;
@@ -23,24 +24,19 @@ static const struct kern_table table_scalar = {
     .attn = eng__attn_gqa_scalar,
     .silu = eng__silu_mul_scalar,
 };
-/* One token goes to the AVX2 decode kernel (gemv-avx2.c), a decode batch of up
- * to ENG_GEMV_MAX_TOK tokens to its few-token form, a prefill to the tile kernel
- * (gemm-avx2.c); all give each token the scalar reference's bits. */
-static void matmul_q4_1_q8_avx2(const uint8_t *chunks, int in, int row_begin, int row_end,
-                                const struct eng_q8x *xq, int n_tok, float *y, int ldy)
-{
-    if (n_tok == 1)
-        eng__matvec_q4_1_q8_avx2(chunks, in, row_begin, row_end, xq, y);
-    else if (n_tok <= ENG_GEMV_MAX_TOK)
-        eng__matmul_q4_1_q8_avx2_small(chunks, in, row_begin, row_end, xq, n_tok, y, ldy);
-    else
-        eng__matmul_q4_1_q8_avx2(chunks, in, row_begin, row_end, xq, n_tok, y, ldy);
-}
+/* Every table routes a product of Q4_1 weights and int8 x by its token count
+ * (eng_matmul_q4_1_q8_rows): one token to its decode kernel, a decode batch of
+ * up to ENG_GEMV_MAX_TOK tokens (--parallel) to the decode kernel's few-token form
+ * where it has one (it streams the weights once for all of them and gives each
+ * token the 1-token kernel's result bit for bit), more to the tile kernel, whose
+ * per-chunk unpack pays off only over many tokens. AVX2: gemv-avx2.c and
+ * gemm-avx2.c, the scalar reference's bits. */
 static const struct kern_table table_avx2 = {
     .q4_1 = eng__matvec_q4_1_avx2,
     .bf16 = eng__matvec_bf16_avx2,
     .q4_1_q8 = eng__matvec_q4_1_q8_avx2,
-    .q4_1_q8_mm = matmul_q4_1_q8_avx2,
+    .q4_1_q8_few = eng__matmul_q4_1_q8_avx2_small,
+    .q4_1_q8_mm = eng__matmul_q4_1_q8_avx2,
     .q8x_batch = eng__q8x_quantize_batch_scalar,
     .attn = eng__attn_gqa_avx2,
     .silu = eng__silu_mul_avx2,
@@ -50,7 +46,8 @@ static const struct kern_table table_avx512 = {
     .bf16 = eng__matvec_bf16_avx512,
     /* no VNNI (Skylake-SP): the AVX2 int8 kernels, the scalar ones' bits */
     .q4_1_q8 = eng__matvec_q4_1_q8_avx2,
-    .q4_1_q8_mm = matmul_q4_1_q8_avx2,
+    .q4_1_q8_few = eng__matmul_q4_1_q8_avx2_small,
+    .q4_1_q8_mm = eng__matmul_q4_1_q8_avx2,
     .q8x_batch = eng__q8x_quantize_batch_avx512,
     .attn = eng__attn_gqa_avx512,
     .silu = eng__silu_mul_avx512,
@@ -71,26 +68,14 @@ static const struct kern_table table_avx512_vnni = {
     .attn = eng__attn_gqa_avx512,
     .silu = eng__silu_mul_avx512,
 };
-/* With VBMI one token goes to the decode kernel (gemv-vbmi.c), a decode batch of
- * up to ENG_GEMV_MAX_TOK tokens (--parallel) to its few-token form, which streams
- * the weights once for all of them and gives each token the 1-token kernel's
- * result bit for bit; a prefill batch to the tile kernel, whose per-chunk unpack
- * pays off only over many tokens. */
-static void matmul_q4_1_q8_vbmi(const uint8_t *chunks, int in, int row_begin, int row_end,
-                                const struct eng_q8x *xq, int n_tok, float *y, int ldy)
-{
-    if (n_tok == 1)
-        eng__matvec_q4_1_q8_vbmi(chunks, in, row_begin, row_end, xq, y);
-    else if (n_tok <= ENG_GEMV_MAX_TOK)
-        eng__matmul_q4_1_q8_vbmi_small(chunks, in, row_begin, row_end, xq, n_tok, y, ldy);
-    else
-        eng__matmul_q4_1_q8_vnni(chunks, in, row_begin, row_end, xq, n_tok, y, ldy);
-}
+/* With VBMI: gemv-vbmi.c's decode kernel and its few-token form, the VNNI tile
+ * kernel for prefill. */
 static const struct kern_table table_avx512_vbmi = {
     .q4_1 = eng__matvec_q4_1_avx512,
     .bf16 = eng__matvec_bf16_avx512,
     .q4_1_q8 = eng__matvec_q4_1_q8_vbmi,
-    .q4_1_q8_mm = matmul_q4_1_q8_vbmi,
+    .q4_1_q8_few = eng__matmul_q4_1_q8_vbmi_small,
+    .q4_1_q8_mm = eng__matmul_q4_1_q8_vnni,
     .q8x_batch = eng__q8x_quantize_batch_avx512,
     .attn = eng__attn_gqa_avx512,
     .silu = eng__silu_mul_avx512,
@@ -242,7 +227,13 @@ void eng_matvec_q4_1_q8_rows(const uint8_t *chunks, int in, int row_begin, int r
 void eng_matmul_q4_1_q8_rows(const uint8_t *chunks, int in, int row_begin, int row_end,
                              const struct eng_q8x *xq, int n_tok, float *y, int ldy)
 {
-    kern_get()->q4_1_q8_mm(chunks, in, row_begin, row_end, xq, n_tok, y, ldy);
+    const struct kern_table *t = kern_get();
+    if (n_tok == 1)
+        t->q4_1_q8(chunks, in, row_begin, row_end, xq, y);
+    else if (n_tok <= ENG_GEMV_MAX_TOK && t->q4_1_q8_few)
+        t->q4_1_q8_few(chunks, in, row_begin, row_end, xq, n_tok, y, ldy);
+    else
+        t->q4_1_q8_mm(chunks, in, row_begin, row_end, xq, n_tok, y, ldy);
 }
 
 void eng_q8x_quantize_batch(const struct eng_q8x *xq, const float *x, int ldx, int in,
