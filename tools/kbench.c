@@ -212,6 +212,10 @@ static double cpu_now(void)
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
+/* One vpdpbusd zmm into accumulator zmm<r>, from the constant operands zmm12 and
+ * zmm13, as an asm string. */
+#define KB_DP(r) "vpdpbusd %%zmm13, %%zmm12, %%zmm" #r "\n\t"
+
 /* n rounds of 12 independent vpdpbusd zmm (more accumulators than latency x
  * throughput on current cores), register operands. Inline asm so the compiler
  * can neither fold nor reorder it. */
@@ -221,18 +225,9 @@ static void loop_vpdpbusd(long n)
         "vpternlogd $0xff, %%zmm12, %%zmm12, %%zmm12\n\t"
         "vpxord %%zmm13, %%zmm13, %%zmm13\n\t"
         "1:\n\t"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm0\n\t"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm1\n\t"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm2\n\t"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm3\n\t"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm4\n\t"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm5\n\t"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm6\n\t"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm7\n\t"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm8\n\t"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm9\n\t"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm10\n\t"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm11\n\t"
+        KB_DP(0) KB_DP(1) KB_DP(2) KB_DP(3)
+        KB_DP(4) KB_DP(5) KB_DP(6) KB_DP(7)
+        KB_DP(8) KB_DP(9) KB_DP(10) KB_DP(11)
         "dec %0\n\t"
         "jnz 1b\n\t"
         "vzeroupper\n\t"
@@ -256,26 +251,14 @@ static void loop_vpdpbusd_q4_1(long n)
         "vxorps %%zmm18, %%zmm18, %%zmm18\n\t"
         "vxorps %%zmm19, %%zmm19, %%zmm19\n\t"
         "1:\n\t"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm0\n\t"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm1\n\t"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm2\n\t"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm3\n\t"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm4\n\t"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm5\n\t"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm6\n\t"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm7\n\t"
+        KB_DP(0) KB_DP(1) KB_DP(2) KB_DP(3)
+        KB_DP(4) KB_DP(5) KB_DP(6) KB_DP(7)
         "vcvtdq2ps %%zmm0, %%zmm14\n\t"
         "vmulps %%zmm18, %%zmm19, %%zmm15\n\t"
         "vfmadd231ps %%zmm15, %%zmm14, %%zmm16\n\t"
         "vfmadd231ps %%zmm18, %%zmm19, %%zmm17\n\t"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm8\n\t"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm9\n\t"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm10\n\t"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm11\n\t"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm24\n\t"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm25\n\t"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm26\n\t"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm27\n\t"
+        KB_DP(8) KB_DP(9) KB_DP(10) KB_DP(11)
+        KB_DP(24) KB_DP(25) KB_DP(26) KB_DP(27)
         "vcvtdq2ps %%zmm8, %%zmm22\n\t"
         "vmulps %%zmm18, %%zmm19, %%zmm23\n\t"
         "vfmadd231ps %%zmm23, %%zmm22, %%zmm20\n\t"
@@ -308,23 +291,15 @@ static double vpdpbusd_rate(void (*loop)(long), long rounds, int per_round)
 }
 #endif
 
-/* The vpdpbusd zmm peak, and the ceiling of exact Q4_1 arithmetic (the tile
- * kernels' loads and broadcasts aside), in vpdpbusd per second. */
-static double vpdpbusd_peak(void)
+/* The vpdpbusd zmm peak and the ceiling of exact Q4_1 arithmetic (the tile
+ * kernels' loads and broadcasts aside), in vpdpbusd per second; 0 and 0 where
+ * neither can be measured. */
+static void vpdpbusd_rates(double *peak, double *q4_1)
 {
+    *peak = *q4_1 = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
-    return vpdpbusd_rate(loop_vpdpbusd, 10 * 1000 * 1000, 12);
-#else
-    return 0;
-#endif
-}
-
-static double vpdpbusd_q4_1_ceiling(void)
-{
-#if defined(__x86_64__) && defined(__GNUC__)
-    return vpdpbusd_rate(loop_vpdpbusd_q4_1, 5 * 1000 * 1000, 16);
-#else
-    return 0;
+    *peak = vpdpbusd_rate(loop_vpdpbusd, 10 * 1000 * 1000, 12);
+    *q4_1 = vpdpbusd_rate(loop_vpdpbusd_q4_1, 5 * 1000 * 1000, 16);
 #endif
 }
 
@@ -390,7 +365,10 @@ static void bench_gemm_shape(int out, int in, int reps, double peak_gmacs)
 
 static int bench_gemm(int reps)
 {
-    double peak = vpdpbusd_peak() * 64 / 1e9;
+    double peak, q;
+    vpdpbusd_rates(&peak, &q);
+    peak *= 64 / 1e9; /* MACs per vpdpbusd zmm */
+    q *= 64 / 1e9;
     enum eng_isa isa = eng_kernels_isa();
     printf("gemm, one thread, ISA %s%s, thread CPU time, median of up to %d calls\n", eng_isa_name(isa),
            isa == ENG_ISA_AVX512 && eng_isa_has_vnni() ? " + VNNI"
@@ -398,7 +376,6 @@ static int bench_gemm(int reps)
                                                              : " (vpmaddubsw int8 matmul)",
            reps);
     if (peak > 0) {
-        double q = vpdpbusd_q4_1_ceiling() * 64 / 1e9;
         printf("vpdpbusd zmm peak: %.1f GMAC/s (%.2f G instructions/s)\n", peak, peak / 64);
         printf("with Q4_1's float work per 8 (cvt, mul, 2 fma): %.1f GMAC/s = %.2f of peak,"
                " the tile kernels' arithmetic ceiling\n", q, q / peak);
