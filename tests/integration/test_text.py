@@ -280,9 +280,14 @@ def unread_bytes(port):
 def chat_not_starved_by_a_tokenize_burst():
     """Eight 1 MB /tokenize calls used to take every libuv pool thread, and a chat
     request's prompt waited for them (0.01 s -> 8.2 s). Text jobs now take one
-    thread at a time: the chat answer comes before any of the burst's answers."""
+    thread at a time (UT_TEXT_JOBS_IN_FLIGHT) and wait in a queue, so the chat
+    answer comes before every queued job's answer. The one job already running
+    when the chat request arrives may finish first (it started up to a job's time
+    before; seen in CI: 1 answer ahead of a 65 ms chat), so one is allowed. Each job
+    is ~3 MB (~0.3 s of tokenizing, against the chat's ~0.07 s): a second answer
+    ahead of the chat would need a queued job to start and finish meanwhile."""
     d = pack_daemon()
-    body = json.dumps({"content": "ab " * 350_000, "with_pieces": True}).encode()
+    body = json.dumps({"content": "ab " * 1_000_000, "with_pieces": True}).encode()
     head = ("POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             "Content-Length: %d\r\n\r\n" % len(body)).encode()
     socks = []
@@ -301,7 +306,8 @@ def chat_not_starved_by_a_tokenize_burst():
                       timeout=60)
         eq(r.status, 200, "chat status during the burst")
         readable, _, _ = select.select(socks, [], [], 0)
-        eq(len(readable), 0, "/tokenize answers that came before the chat answer")
+        check(len(readable) <= 1, "/tokenize answers that came before the chat answer: %d "
+              "(at most the one running when the chat arrived)", len(readable))
     finally:
         for s in socks:
             s.close()
