@@ -12,6 +12,7 @@
 #include "engine/tokenizer.h"
 #include "util/clock.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,8 +69,10 @@ int main(int argc, char **argv)
             return 1;
         }
         const json_t *tools = json_object_get(schema, "tools");
+        int64_t ts = ut_now_us();
         rc = tools ? eng_gram_from_tools(tools, NULL, 0, &gbnf, &why)
                    : eng_gram_from_schema(schema, &gbnf, &why);
+        fprintf(stderr, "schema to GBNF: %.1f ms\n", (double)(ut_now_us() - ts) / 1e3);
         json_decref(schema);
     }
     if (rc) {
@@ -79,11 +82,15 @@ int main(int argc, char **argv)
     if (getenv("GRAMBENCH_PRINT"))
         fprintf(stderr, "%s", gbnf);
     eng_grammar *g;
-    if (eng_grammar_parse(gbnf, strlen(gbnf), &g, err, sizeof err)) {
+    int64_t t0 = ut_now_us();
+    int crc = eng_grammar_parse(gbnf, strlen(gbnf), &g, err, sizeof err);
+    fprintf(stderr, "GBNF compiled (%zu bytes of text): %.1f ms\n", strlen(gbnf),
+            (double)(ut_now_us() - t0) / 1e3);
+    if (crc) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }
-    int64_t t0 = ut_now_us();
+    t0 = ut_now_us();
     eng_gram_vocab *v = eng_gram_vocab_new(tok);
     fprintf(stderr, "vocabulary of %d tokens in a trie: %.1f ms\n", eng_gram_vocab_size(v),
             (double)(ut_now_us() - t0) / 1e3);
@@ -93,11 +100,17 @@ int main(int argc, char **argv)
     int32_t *allowed = malloc((size_t)n * sizeof *allowed);
     size_t cap = 1 << 20, k = 0;
     double *ms = malloc(cap * sizeof *ms);
-    uint64_t computed = 0, cached = 0;
+    uint64_t computed = 0, cached = 0, work_most = 0;
+    int over = 0;
     for (int run = 0; run < runs; run++) {
         eng_gram_matcher *m;
-        if (eng_gram_matcher_new(g, v, &stop, 1, &m)) {
-            fprintf(stderr, "matcher failed\n");
+        int mrc = eng_gram_matcher_new(g, v, &stop, 1, &m);
+        if (mrc) {
+            char reason[200] = "";
+            if (mrc == -E2BIG)
+                eng_gram_check_start(g, v, reason, sizeof reason);
+            fprintf(stderr, "the matcher cannot start: %s\n",
+                    mrc == -E2BIG ? reason : strerror(-mrc));
             return 1;
         }
         char *out = calloc(1, 1 << 20);
@@ -110,6 +123,15 @@ int main(int argc, char **argv)
             double t = (double)(tb.tv_sec - ta.tv_sec) * 1e3 + (double)(tb.tv_nsec - ta.tv_nsec) / 1e6;
             if (k < cap)
                 ms[k++] = t;
+            uint64_t wl, wm;
+            eng_gram_matcher_work(m, &wl, &wm);
+            if (wl > work_most)
+                work_most = wl;
+            if (cnt < 0) { /* over a limit: this walk ends here, as its request would */
+                fprintf(stderr, "after %zu bytes: %s\n", len, eng_gram_matcher_why(m));
+                over++;
+                break;
+            }
             if (cnt == 0) {
                 fprintf(stderr, "dead end after %zu bytes: %.*s\n", len, (int)len, out);
                 return 1;
@@ -152,9 +174,10 @@ int main(int argc, char **argv)
     qsort(ms, k, sizeof *ms, cmp_d);
     if (k)
         fprintf(stderr, "%zu steps: mask median %.3f ms, p99 %.3f ms, worst %.3f ms; "
-                        "%llu computed, %llu from the cache\n",
+                        "%llu computed, %llu from the cache; most work in a step %llu units; "
+                        "%d walks ended over a limit\n",
                 k, ms[k / 2], ms[k * 99 / 100], ms[k - 1], (unsigned long long)computed,
-                (unsigned long long)cached);
+                (unsigned long long)cached, (unsigned long long)work_most, over);
     free(ms);
     free(mask);
     free(allowed);

@@ -1,15 +1,15 @@
-/* GBNF text -> the flat grammar of gram-impl.h.
+/* GBNF text -> the draft rules of gram-impl.h (build.c makes them a grammar).
  *
  * Recursive descent over llama.cpp's GBNF syntax (the subset engine/grammar.h
  * lists; llama.cpp's grammars/README.md is the anchor for its meaning: a rule ends
- * at the end of its line unless inside parentheses or after '|'). Groups and
- * repetitions become helper rules: x* is S ::= x S | (empty), x{m,n} is m copies of x
- * then n - m nested optionals, so every stack stays bounded by what was read.
+ * at the end of its line unless inside parentheses or after '|'). Groups become
+ * helper rules; a repetition becomes one REP element over its term (x* is
+ * REP(x, 0, inf), x{m,n} REP(x, m, n)), so its size does not grow with the count.
  * Character classes are over code points and become UTF-8 byte sequences (the
  * range splitting of Go's regexp/syntax and Rust's utf8-ranges), so the language
- * holds valid UTF-8 only. Left recursion would make the stack expansion endless:
- * it is found here (a cycle among rules reachable through nullable prefixes) and
- * refused. */
+ * holds valid UTF-8 only. The descent recurses only into parentheses, at most
+ * MAX_NESTING deep; rule names and byte sets are found by hash, so parsing is
+ * linear in the text. */
 #include "engine/grammar/gram-impl.h"
 #include "util/buf.h"
 
@@ -19,103 +19,128 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_ELEMENTS (1u << 22)
-#define MAX_RULES (1 << 20)
-#define MAX_SETS 65536
-
-struct prule {
-    char *name;         /* NULL for helpers */
-    uint32_t *el;
-    size_t n, cap;
-    bool defined;
-};
+#define MAX_NESTING 256
 
 struct parser {
+    struct gr_draft d;
     const char *p, *end;
     int line;
-    struct prule *rules;
-    size_t n_rules, cap_rules;
-    struct gr_set *sets;
-    size_t n_sets, cap_sets;
-    size_t n_el;        /* all rules together */
-    char *err;
-    size_t errlen;
-    int rc;             /* the first error */
+    uint32_t *names;        /* hash of named rules: index + 1, 0 free */
+    size_t names_cap, n_names;
+    uint32_t *set_tab;      /* hash of byte sets: index + 1, 0 free */
+    size_t set_tab_cap;
 };
 
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+}
+
+static uint64_t hash_bytes(const void *p, size_t n)
+{
+    const unsigned char *s = p;
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ s[i]) * 0x100000001B3ull;
+    return mix64(h);
+}
+
+/* A refusal of the text, with its line. */
 static int fail(struct parser *ps, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(struct parser *ps, const char *fmt, ...)
 {
-    if (ps->rc)
-        return ps->rc;
+    if (ps->d.rc)
+        return ps->d.rc;
     char msg[200];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    snprintf(ps->err, ps->errlen, "grammar line %d: %s", ps->line, msg);
-    ps->rc = -EINVAL;
-    return ps->rc;
-}
-
-static int oom(struct parser *ps)
-{
-    if (!ps->rc) {
-        snprintf(ps->err, ps->errlen, "out of memory compiling the grammar");
-        ps->rc = -ENOMEM;
-    }
-    return ps->rc;
+    return gr_fail(&ps->d, -EINVAL, "grammar line %d: %s", ps->line, msg);
 }
 
 /* ---- rules and sets ------------------------------------------------------------ */
 
-static int new_rule(struct parser *ps, const char *name, size_t len)
+static int grow_names(struct parser *ps)
 {
-    if (ps->n_rules >= MAX_RULES)
-        return fail(ps, "more than %d rules", MAX_RULES);
-    if (ut_grow((void **)&ps->rules, &ps->cap_rules, ps->n_rules + 1, sizeof *ps->rules, 64))
-        return oom(ps);
-    struct prule *r = &ps->rules[ps->n_rules];
-    *r = (struct prule){0};
-    if (name && !(r->name = strndup(name, len)))
-        return oom(ps);
-    return (int)ps->n_rules++;
+    size_t cap = ps->names_cap ? 2 * ps->names_cap : 256;
+    uint32_t *t = calloc(cap, sizeof *t);
+    if (!t)
+        return gr_fail(&ps->d, -ENOMEM, "out of memory compiling the grammar");
+    for (size_t i = 0; i < ps->names_cap; i++) {
+        uint32_t k = ps->names[i];
+        if (!k)
+            continue;
+        const char *nm = ps->d.rules[k - 1].name;
+        size_t h = hash_bytes(nm, strlen(nm)) & (cap - 1);
+        while (t[h])
+            h = (h + 1) & (cap - 1);
+        t[h] = k;
+    }
+    free(ps->names);
+    ps->names = t;
+    ps->names_cap = cap;
+    return 0;
 }
 
+/* The rule named name[0..len), made on first sight. */
 static int find_rule(struct parser *ps, const char *name, size_t len)
 {
-    for (size_t i = 0; i < ps->n_rules; i++)
-        if (ps->rules[i].name && strlen(ps->rules[i].name) == len &&
-            memcmp(ps->rules[i].name, name, len) == 0)
-            return (int)i;
-    return new_rule(ps, name, len);
+    if (2 * (ps->n_names + 1) > ps->names_cap && grow_names(ps))
+        return ps->d.rc;
+    size_t mask = ps->names_cap - 1, h = hash_bytes(name, len) & mask;
+    for (; ps->names[h]; h = (h + 1) & mask) {
+        const char *nm = ps->d.rules[ps->names[h] - 1].name;
+        if (strlen(nm) == len && memcmp(nm, name, len) == 0)
+            return (int)ps->names[h] - 1;
+    }
+    int id = gr_new_rule(&ps->d, name, len);
+    if (id >= 0) {
+        ps->names[h] = (uint32_t)id + 1;
+        ps->n_names++;
+    }
+    return id;
 }
 
-static int emit(struct parser *ps, int rule, uint32_t e)
+static int grow_sets(struct parser *ps)
 {
-    if (ps->rc)
-        return ps->rc;
-    if (++ps->n_el > MAX_ELEMENTS)
-        return fail(ps, "the grammar is too large (over %u elements)", MAX_ELEMENTS);
-    struct prule *r = &ps->rules[rule];
-    if (ut_grow((void **)&r->el, &r->cap, r->n + 1, sizeof *r->el, 16))
-        return oom(ps);
-    r->el[r->n++] = e;
+    size_t cap = ps->set_tab_cap ? 2 * ps->set_tab_cap : 256;
+    uint32_t *t = calloc(cap, sizeof *t);
+    if (!t)
+        return gr_fail(&ps->d, -ENOMEM, "out of memory compiling the grammar");
+    for (size_t i = 0; i < ps->d.n_sets; i++) {
+        size_t h = hash_bytes(&ps->d.sets[i], sizeof *ps->d.sets) & (cap - 1);
+        while (t[h])
+            h = (h + 1) & (cap - 1);
+        t[h] = (uint32_t)i + 1;
+    }
+    free(ps->set_tab);
+    ps->set_tab = t;
+    ps->set_tab_cap = cap;
     return 0;
 }
 
 static int add_set(struct parser *ps, const struct gr_set *s)
 {
-    for (size_t i = ps->n_sets; i-- > 0;)
-        if (memcmp(&ps->sets[i], s, sizeof *s) == 0)
-            return (int)i;
-    if (ps->n_sets >= MAX_SETS)
-        return fail(ps, "more than %d distinct byte sets", MAX_SETS);
-    if (ut_grow((void **)&ps->sets, &ps->cap_sets, ps->n_sets + 1, sizeof *ps->sets, 32))
-        return oom(ps);
-    ps->sets[ps->n_sets] = *s;
-    return (int)ps->n_sets++;
+    struct gr_draft *d = &ps->d;
+    if (2 * (d->n_sets + 1) > ps->set_tab_cap && grow_sets(ps))
+        return d->rc;
+    size_t mask = ps->set_tab_cap - 1, h = hash_bytes(s, sizeof *s) & mask;
+    for (; ps->set_tab[h]; h = (h + 1) & mask)
+        if (memcmp(&d->sets[ps->set_tab[h] - 1], s, sizeof *s) == 0)
+            return (int)ps->set_tab[h] - 1;
+    if (ut_grow((void **)&d->sets, &d->cap_sets, d->n_sets + 1, sizeof *d->sets, 32))
+        return gr_fail(d, -ENOMEM, "out of memory compiling the grammar");
+    d->sets[d->n_sets] = *s;
+    ps->set_tab[h] = (uint32_t)d->n_sets + 1;
+    return (int)d->n_sets++;
 }
+
+static int emit(struct parser *ps, int rule, uint32_t e) { return gr_emit(&ps->d, (size_t)rule, e); }
 
 static void set_range(struct gr_set *s, unsigned lo, unsigned hi)
 {
@@ -191,16 +216,16 @@ static int utf8_seq(struct parser *ps, int rule, uint32_t lo, uint32_t hi)
         if ((lo & ~m) != (hi & ~m)) {
             if ((lo & m) != 0)
                 return utf8_seq(ps, rule, lo, lo | m) || utf8_seq(ps, rule, (lo | m) + 1, hi)
-                           ? ps->rc : 0;
+                           ? ps->d.rc : 0;
             if ((hi & m) != m)
                 return utf8_seq(ps, rule, lo, (hi & ~m) - 1) || utf8_seq(ps, rule, hi & ~m, hi)
-                           ? ps->rc : 0;
+                           ? ps->d.rc : 0;
         }
     }
     utf8_encode(hi, b);
     for (int i = 0; i < n; i++)
         if (emit_byte_range(ps, rule, a[i], b[i]))
-            return ps->rc;
+            return ps->d.rc;
     return emit(ps, rule, GR_EL(GR_ALT, 0));
 }
 
@@ -213,7 +238,7 @@ static int utf8_ranges(struct parser *ps, int rule, uint32_t lo, uint32_t hi)
             continue;
         uint32_t stop = hi < cut[i] ? hi : cut[i];
         if (cut[i] != 0xDFFF && utf8_seq(ps, rule, start, stop))  /* no surrogates */
-            return ps->rc;
+            return ps->d.rc;
         start = cut[i] + 1;
     }
     return 0;
@@ -294,21 +319,21 @@ static int emit_codepoints(struct parser *ps, int rule, struct range *r, size_t 
         int id = add_set(ps, &ascii);
         return id < 0 ? id : emit(ps, rule, GR_EL(GR_SET, id));
     }
-    int h = new_rule(ps, NULL, 0);
+    int h = gr_new_rule(&ps->d, NULL, 0);
     if (h < 0)
         return h;
     if (any_ascii) {
         int id = add_set(ps, &ascii);
         if (id < 0 || emit(ps, h, GR_EL(GR_SET, id)) || emit(ps, h, GR_EL(GR_ALT, 0)))
-            return ps->rc;
+            return ps->d.rc;
     }
     for (size_t i = 0; i < n; i++)
         if (r[i].hi >= 0x80 && utf8_ranges(ps, h, r[i].lo < 0x80 ? 0x80 : r[i].lo, r[i].hi))
-            return ps->rc;
-    if (ps->rules[h].n == 0)
+            return ps->d.rc;
+    if (ps->d.rules[h].n == 0)
         return fail(ps, "an empty character class");
-    ps->rules[h].el[ps->rules[h].n - 1] = GR_EL(GR_END, 0); /* the last ALT ends it */
-    ps->rules[h].defined = true;
+    ps->d.rules[h].el[ps->d.rules[h].n - 1] = GR_EL(GR_END, 0); /* the last ALT ends it */
+    ps->d.rules[h].defined = true;
     return emit(ps, rule, GR_EL(GR_REF, h));
 }
 
@@ -320,7 +345,7 @@ static int parse_class(struct parser *ps, int rule)
         ps->p++;
     struct range *r = NULL;
     size_t n = 0, cap = 0;
-    while (!ps->rc && ps->p < ps->end && *ps->p != ']') {
+    while (!ps->d.rc && ps->p < ps->end && *ps->p != ']') {
         uint32_t lo, hi;
         if (class_char(ps, &lo))
             break;
@@ -335,16 +360,16 @@ static int parse_class(struct parser *ps, int rule)
             }
         }
         if (ut_grow((void **)&r, &cap, n + 1, sizeof *r, 8)) {
-            oom(ps);
+            gr_fail(&ps->d, -ENOMEM, "out of memory compiling the grammar");
             break;
         }
         r[n++] = (struct range){lo, hi};
     }
-    if (!ps->rc && ps->p >= ps->end)
+    if (!ps->d.rc && ps->p >= ps->end)
         fail(ps, "an unterminated character class");
-    if (ps->rc) {
+    if (ps->d.rc) {
         free(r);
-        return ps->rc;
+        return ps->d.rc;
     }
     ps->p++; /* ] */
     if (n > 1)
@@ -353,7 +378,7 @@ static int parse_class(struct parser *ps, int rule)
         struct range *c = malloc((n + 1) * sizeof *c);
         if (!c) {
             free(r);
-            return oom(ps);
+            return gr_fail(&ps->d, -ENOMEM, "out of memory compiling the grammar");
         }
         size_t m = 0;
         uint32_t next = 0;
@@ -369,7 +394,15 @@ static int parse_class(struct parser *ps, int rule)
         r = c;
         n = m;
     }
-    int rc = emit_codepoints(ps, rule, r, n);
+    /* NUL is never output: a class keeps the rest of its code points */
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (r[i].lo == 0)
+            r[i].lo = 1;
+        if (r[i].lo <= r[i].hi)
+            r[k++] = r[i];
+    }
+    int rc = emit_codepoints(ps, rule, r, k);
     free(r);
     return rc;
 }
@@ -403,56 +436,54 @@ static bool is_name_char(char c)
 /* Make the last term of `rule` (elements from `start`) one element. */
 static int one_element(struct parser *ps, int rule, size_t start, uint32_t *x)
 {
-    struct prule *r = &ps->rules[rule];
+    struct gr_prule *r = &ps->d.rules[rule];
     if (r->n - start == 1) {
         *x = r->el[start];
-        r->n = start;
+        r->n = (uint32_t)start;
+        ps->d.n_el--;
         return 0;
     }
-    int h = new_rule(ps, NULL, 0);
+    int h = gr_new_rule(&ps->d, NULL, 0);
     if (h < 0)
         return h;
-    r = &ps->rules[rule];
+    r = &ps->d.rules[rule];
     for (size_t i = start; i < r->n; i++)
-        if (emit(ps, h, r->el[i]))
-            return ps->rc;
+        if (emit(ps, h, ps->d.rules[rule].el[i]))
+            return ps->d.rc;
     if (emit(ps, h, GR_EL(GR_END, 0)))
-        return ps->rc;
-    ps->rules[h].defined = true;
-    ps->rules[rule].n = start;
+        return ps->d.rc;
+    ps->d.rules[h].defined = true;
+    ps->d.n_el -= ps->d.rules[rule].n - start;
+    ps->d.rules[rule].n = (uint32_t)start;
     *x = GR_EL(GR_REF, h);
     return 0;
 }
 
-/* x{m,n} (n < 0: unbounded) on the last term. */
+/* x{m,n} (n < 0: unbounded) on the last term: one REP element. */
 static int repeat(struct parser *ps, int rule, size_t start, long m, long n)
 {
     uint32_t x = 0;
-    if (ps->rules[rule].n == start)
+    if (ps->d.rules[rule].n == start)
         return fail(ps, "a repetition with nothing before it");
     if (one_element(ps, rule, start, &x))
-        return ps->rc;
-    for (long i = 0; i < m; i++)
-        if (emit(ps, rule, x))
-            return ps->rc;
-    if (n < 0) { /* S ::= x S | (empty) */
-        int s = new_rule(ps, NULL, 0);
-        if (s < 0 || emit(ps, s, x) || emit(ps, s, GR_EL(GR_REF, s)) ||
-            emit(ps, s, GR_EL(GR_ALT, 0)) || emit(ps, s, GR_EL(GR_END, 0)))
-            return ps->rc;
-        ps->rules[s].defined = true;
-        return emit(ps, rule, GR_EL(GR_REF, s));
+        return ps->d.rc;
+    if (n == 0)
+        return 0; /* x{0}: nothing */
+    if (GR_TYPE(x) != GR_REF) { /* a byte set: REP repeats rules, so wrap it */
+        int h = gr_new_rule(&ps->d, NULL, 0);
+        if (h < 0 || emit(ps, h, x) || emit(ps, h, GR_EL(GR_END, 0)))
+            return ps->d.rc;
+        ps->d.rules[h].defined = true;
+        x = GR_EL(GR_REF, h);
     }
-    int prev = -1; /* O_k ::= x O_{k-1} | (empty) */
-    for (long k = 0; k < n - m; k++) {
-        int o = new_rule(ps, NULL, 0);
-        if (o < 0 || emit(ps, o, x) || (prev >= 0 && emit(ps, o, GR_EL(GR_REF, prev))) ||
-            emit(ps, o, GR_EL(GR_ALT, 0)) || emit(ps, o, GR_EL(GR_END, 0)))
-            return ps->rc;
-        ps->rules[o].defined = true;
-        prev = o;
-    }
-    return prev >= 0 ? emit(ps, rule, GR_EL(GR_REF, prev)) : 0;
+    if (m == 1 && n == 1)
+        return emit(ps, rule, x);
+    struct gr_draft *d = &ps->d;
+    if (ut_grow((void **)&d->reps, &d->cap_reps, d->n_reps + 1, sizeof *d->reps, 16))
+        return gr_fail(d, -ENOMEM, "out of memory compiling the grammar");
+    d->reps[d->n_reps] = (struct gr_rep){GR_VAL(x), (uint32_t)m, n < 0 ? GR_INF : (uint32_t)n,
+                                         false};
+    return emit(ps, rule, GR_EL(GR_REP, d->n_reps++));
 }
 
 static long read_count(struct parser *ps)
@@ -476,7 +507,7 @@ static int parse_braces(struct parser *ps, int rule, size_t start)
     skip_space(ps, true);
     long m = read_count(ps), n;
     if (m == -2)
-        return ps->rc;
+        return ps->d.rc;
     if (m < 0)
         return fail(ps, "expected a count after '{'");
     skip_space(ps, true);
@@ -485,7 +516,7 @@ static int parse_braces(struct parser *ps, int rule, size_t start)
         skip_space(ps, true);
         n = ps->p < ps->end && *ps->p == '}' ? -1 : read_count(ps);
         if (n == -2)
-            return ps->rc;
+            return ps->d.rc;
         if (n != -1 && n < m)
             return fail(ps, "a repetition {m,n} with n < m");
         if (n == -1 && ps->p < ps->end && *ps->p != '}')
@@ -507,21 +538,23 @@ static int parse_sequence(struct parser *ps, int rule, bool nested, int depth)
     size_t last = (size_t)-1;
     for (;;) {
         skip_space(ps, nested);
-        if (ps->rc || ps->p >= ps->end)
-            return ps->rc;
+        if (ps->d.rc || ps->p >= ps->end)
+            return ps->d.rc;
         char c = *ps->p;
-        size_t here = ps->rules[rule].n;
+        size_t here = ps->d.rules[rule].n;
         if (c == '"') {
             ps->p++;
-            while (!ps->rc && ps->p < ps->end && *ps->p != '"') {
+            while (!ps->d.rc && ps->p < ps->end && *ps->p != '"') {
                 uint32_t cp;
                 if (*ps->p == '\\' ? parse_escape(ps, &cp) : utf8_decode(ps, &cp))
-                    return ps->rc;
+                    return ps->d.rc;
+                if (cp == 0)
+                    return fail(ps, "a literal NUL (the output never holds one)");
                 unsigned char u[4];
                 int k = utf8_encode(cp, u);
                 for (int i = 0; i < k; i++)
                     if (emit_byte_range(ps, rule, u[i], u[i]))
-                        return ps->rc;
+                        return ps->d.rc;
             }
             if (ps->p >= ps->end)
                 return fail(ps, "an unterminated string literal");
@@ -529,27 +562,27 @@ static int parse_sequence(struct parser *ps, int rule, bool nested, int depth)
             last = here;
         } else if (c == '[') {
             if (parse_class(ps, rule))
-                return ps->rc;
+                return ps->d.rc;
             last = here;
         } else if (c == '.') {
             ps->p++;
-            struct range any = {0, 0x10FFFF};
+            struct range any = {1, 0x10FFFF};
             if (emit_codepoints(ps, rule, &any, 1))
-                return ps->rc;
+                return ps->d.rc;
             last = here;
         } else if (c == '(') {
-            if (depth > 256)
+            if (depth >= MAX_NESTING)
                 return fail(ps, "parentheses nested too deep");
             ps->p++;
-            int h = new_rule(ps, NULL, 0);
+            int h = gr_new_rule(&ps->d, NULL, 0);
             if (h < 0 || parse_alternatives(ps, h, true, depth + 1))
-                return ps->rc;
+                return ps->d.rc;
             if (ps->p >= ps->end || *ps->p != ')')
                 return fail(ps, "expected ')'");
             ps->p++;
-            ps->rules[h].defined = true;
+            ps->d.rules[h].defined = true;
             if (emit(ps, rule, GR_EL(GR_REF, h)))
-                return ps->rc;
+                return ps->d.rc;
             last = here;
         } else if (is_name_char(c)) {
             const char *s = ps->p;
@@ -563,20 +596,20 @@ static int parse_sequence(struct parser *ps, int rule, bool nested, int depth)
             }
             int id = find_rule(ps, s, len);
             if (id < 0 || emit(ps, rule, GR_EL(GR_REF, id)))
-                return ps->rc;
+                return ps->d.rc;
             last = here;
         } else if (c == '*' || c == '+' || c == '?') {
             ps->p++;
             if (last == (size_t)-1)
                 return fail(ps, "'%c' with nothing before it", c);
             if (repeat(ps, rule, last, c == '+' ? 1 : 0, c == '?' ? 1 : -1))
-                return ps->rc;
+                return ps->d.rc;
             last = (size_t)-1;
         } else if (c == '{') {
             if (last == (size_t)-1)
                 return fail(ps, "'{' with nothing before it");
             if (parse_braces(ps, rule, last))
-                return ps->rc;
+                return ps->d.rc;
             last = (size_t)-1;
         } else {
             return 0;
@@ -588,13 +621,13 @@ static int parse_alternatives(struct parser *ps, int rule, bool nested, int dept
 {
     for (;;) {
         if (parse_sequence(ps, rule, nested, depth))
-            return ps->rc;
+            return ps->d.rc;
         skip_space(ps, nested);
         if (ps->p < ps->end && *ps->p == '|') {
             ps->p++;
             skip_space(ps, true);
             if (emit(ps, rule, GR_EL(GR_ALT, 0)))
-                return ps->rc;
+                return ps->d.rc;
             continue;
         }
         return emit(ps, rule, GR_EL(GR_END, 0));
@@ -605,8 +638,8 @@ static int parse_rules(struct parser *ps)
 {
     for (;;) {
         skip_space(ps, true);
-        if (ps->rc || ps->p >= ps->end)
-            return ps->rc;
+        if (ps->d.rc || ps->p >= ps->end)
+            return ps->d.rc;
         const char *s = ps->p;
         while (ps->p < ps->end && is_name_char(*ps->p))
             ps->p++;
@@ -619,179 +652,40 @@ static int parse_rules(struct parser *ps)
         ps->p += 3;
         int id = find_rule(ps, s, len);
         if (id < 0)
-            return ps->rc;
-        if (ps->rules[id].defined)
+            return ps->d.rc;
+        if (ps->d.rules[id].defined)
             return fail(ps, "rule '%.*s' defined twice", (int)(len > 64 ? 64 : len), s);
-        ps->rules[id].defined = true;
+        ps->d.rules[id].defined = true;
         if (parse_alternatives(ps, id, false, 0))
-            return ps->rc;
+            return ps->d.rc;
         if (ps->p < ps->end && *ps->p != '\n' && !is_name_char(*ps->p))
             return fail(ps, "unexpected '%c'", *ps->p);
     }
 }
 
-/* ---- checks and the flat grammar ----------------------------------------------------- */
-
-/* A cycle of rules each reachable from the previous through a nullable prefix. */
-static int check_left_recursion(struct parser *ps)
+int eng_grammar_compile(const char *text, size_t len, const struct eng_gram_limits *lim,
+                        eng_grammar **out, char *err, size_t errlen)
 {
-    size_t n = ps->n_rules;
-    bool *nullable = calloc(n, sizeof *nullable);
-    unsigned char *color = calloc(n, 1);
-    struct frame {
-        int rule;
-        size_t i;       /* next element to look at */
-        bool alive;     /* the prefix up to i is nullable */
-    } *st = malloc(n * sizeof *st);
-    int rc = 0;
-    if (!nullable || !color || !st) {
-        rc = oom(ps);
-        goto out;
+    char dummy[8];
+    struct eng_gram_limits def;
+    if (!lim) {
+        eng_gram_limits_default(&def);
+        lim = &def;
     }
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (size_t r = 0; r < n; r++) {
-            if (nullable[r])
-                continue;
-            bool ok = true;
-            for (size_t i = 0; i < ps->rules[r].n; i++) {
-                uint32_t e = ps->rules[r].el[i];
-                if (GR_IS_END(e)) {
-                    if (ok) {
-                        nullable[r] = changed = true;
-                        break;
-                    }
-                    ok = true;
-                } else if (GR_TYPE(e) == GR_SET || !nullable[GR_VAL(e)]) {
-                    ok = false;
-                }
-            }
-        }
-    }
-    for (size_t r0 = 0; r0 < n && !rc; r0++) {
-        if (color[r0])
-            continue;
-        size_t sp = 0;
-        st[sp++] = (struct frame){(int)r0, 0, true};
-        color[r0] = 1;
-        while (sp && !rc) {
-            struct frame *f = &st[sp - 1];
-            struct prule *r = &ps->rules[f->rule];
-            if (f->i >= r->n) {
-                color[f->rule] = 2;
-                sp--;
-                continue;
-            }
-            uint32_t e = r->el[f->i++];
-            if (GR_IS_END(e)) {
-                f->alive = true;
-                continue;
-            }
-            if (!f->alive)
-                continue;
-            if (GR_TYPE(e) == GR_SET) {
-                f->alive = false;
-                continue;
-            }
-            int t = (int)GR_VAL(e);
-            if (!nullable[t])
-                f->alive = false;
-            if (color[t] == 1) {
-                const char *name = ps->rules[t].name;
-                snprintf(ps->err, ps->errlen, "grammar: left recursion through rule '%.64s'",
-                         name ? name : "(a group)");
-                rc = ps->rc = -EINVAL;
-            } else if (color[t] == 0) {
-                color[t] = 1;
-                st[sp++] = (struct frame){t, 0, true};
-            }
-        }
-    }
-out:
-    free(nullable);
-    free(color);
-    free(st);
+    struct parser ps = {.p = text, .end = text + len, .line = 1};
+    ps.d = (struct gr_draft){.lim = lim, .err = err ? err : dummy,
+                             .errlen = err ? errlen : sizeof dummy};
+    *out = NULL;
+    int rc = parse_rules(&ps);
+    free(ps.names);
+    free(ps.set_tab);
+    if (!rc)
+        rc = gr_build(&ps.d, out);
+    gr_draft_free(&ps.d);
     return rc;
-}
-
-static void free_parser(struct parser *ps)
-{
-    for (size_t i = 0; i < ps->n_rules; i++) {
-        free(ps->rules[i].name);
-        free(ps->rules[i].el);
-    }
-    free(ps->rules);
-    free(ps->sets);
 }
 
 int eng_grammar_parse(const char *text, size_t len, eng_grammar **out, char *err, size_t errlen)
 {
-    char dummy[8];
-    struct parser ps = {.p = text, .end = text + len, .line = 1, .err = err ? err : dummy,
-                        .errlen = err ? errlen : sizeof dummy};
-    *out = NULL;
-    eng_grammar *g = NULL;
-    int rc = parse_rules(&ps);
-    int root = -1;
-    for (size_t i = 0; !rc && i < ps.n_rules; i++) {
-        if (!ps.rules[i].defined) {
-            snprintf(ps.err, ps.errlen, "grammar: rule '%.64s' is used but not defined",
-                     ps.rules[i].name);
-            rc = -EINVAL;
-        } else if (ps.rules[i].name && strcmp(ps.rules[i].name, "root") == 0) {
-            root = (int)i;
-        }
-    }
-    if (!rc && root < 0) {
-        snprintf(ps.err, ps.errlen, "grammar: no rule named 'root'");
-        rc = -EINVAL;
-    }
-    if (!rc)
-        rc = check_left_recursion(&ps);
-    if (rc)
-        goto out;
-    g = calloc(1, sizeof *g);
-    if (!g || !(g->el = malloc((ps.n_el + 1) * sizeof *g->el)) ||
-        !(g->rule_start = malloc(ps.n_rules * sizeof *g->rule_start)) ||
-        !(g->sets = malloc((ps.n_sets + 1) * sizeof *g->sets))) {
-        rc = oom(&ps);
-        goto out;
-    }
-    size_t k = 0;
-    for (size_t i = 0; i < ps.n_rules; i++) {
-        g->rule_start[i] = (uint32_t)k;
-        memcpy(g->el + k, ps.rules[i].el, ps.rules[i].n * sizeof *g->el);
-        k += ps.rules[i].n;
-    }
-    g->el[k] = GR_EL(GR_END, 0);
-    g->n_el = (int)k;
-    g->n_rules = (int)ps.n_rules;
-    if (ps.n_sets) /* none in a grammar of empty rules */
-        memcpy(g->sets, ps.sets, ps.n_sets * sizeof *g->sets);
-    g->n_sets = (int)ps.n_sets;
-    g->root = root;
-    atomic_init(&g->refs, 1);
-    *out = g;
-    g = NULL;
-out:
-    free_parser(&ps);
-    eng_grammar_free(g);
-    return rc;
-}
-
-eng_grammar *eng_grammar_ref(eng_grammar *g)
-{
-    if (g)
-        atomic_fetch_add_explicit(&g->refs, 1, memory_order_relaxed);
-    return g;
-}
-
-void eng_grammar_free(eng_grammar *g)
-{
-    if (!g || atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) > 1)
-        return;
-    free(g->el);
-    free(g->rule_start);
-    free(g->sets);
-    free(g);
+    return eng_grammar_compile(text, len, NULL, out, err, errlen);
 }

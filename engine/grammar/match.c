@@ -3,195 +3,59 @@
  *
  * Stacks (llama.cpp's llama-grammar.cpp keeps vectors of element pointers; this is
  * the same automaton, stored differently). A stack is a chain of nodes {position,
- * parent}, hash-consed: the same chain is always the same node id, so pushing and
- * popping copy nothing, a stack compares by its id, and a set of stacks is a small
- * sorted array of ids — which is also the exact key of its mask in the cache.
- * Node 0 is the empty stack (the grammar is complete). After expansion every
- * non-empty stack has a SET on top: the bytes it can take next.
+ * count, parent}, hash-consed: the same chain is always the same node id, so
+ * pushing and popping copy nothing, a stack compares by its id, and a set of
+ * stacks is a small sorted array of ids — which is also the exact key of its mask
+ * in the cache. Node 0 is the empty stack (the grammar is complete). After
+ * expansion every non-empty stack has a SET on top: the bytes it can take next. A
+ * REP node's count is how many times its rule was done.
+ *
+ * Expansion is a work list, not a recursion, and expands each node once per byte
+ * (a stamp per node), so ambiguity that reaches the same node by many ways costs
+ * one visit, and no input can deepen the C stack.
  *
  * The mask. The vocabulary is a byte trie stored in preorder (each node knows
  * where its subtree ends), walked with one stack set per depth: a node whose byte
  * no stack of its parent takes (a 256-bit union checked first) or that leaves no
  * stack skips its whole subtree. That is XGrammar's observation in its simplest
- * form: most of the vocabulary dies on its first byte or two. Masks are cached per
- * stack set (MASK_CACHE slots, by hash, the key compared in full), so the states
- * a JSON string or number keeps returning to are walked once per request. */
+ * form: most of the vocabulary dies on its first byte or two. Successor sets are
+ * memoised per (set, byte class), and masks are cached per stack set
+ * (MASK_CACHE slots, by hash, the key compared in full), so the states a JSON
+ * string or number keeps returning to are walked once per request.
+ *
+ * Bounds. Every trie node visited, stack advanced and node expanded is a unit of
+ * work; a step (a mask, or the acceptance of a token) over the grammar's
+ * step_work units, a set over max_stacks stacks or a stack deeper than MAX_DEPTH
+ * fails with -E2BIG and a reason, never a silently smaller language. Nodes and
+ * memo tables are compacted between steps when they pass their caps, so a long
+ * answer's memory stays bounded too. */
 #include "engine/grammar/gram-impl.h"
 #include "util/buf.h"
 
 #include <errno.h>
 #include <math.h>
-#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_DEPTH 2048        /* stack depth: deeper nesting is a dead end */
-#define MAX_SET 4096          /* stacks in one set */
-#define MAX_EXPAND (1 << 20)  /* expansion steps for one byte */
-#define MASK_CACHE 64         /* cached masks per matcher (16 KB each for MiniCPM5) */
+#define MAX_DEPTH 2048          /* stack depth */
+#define MASK_CACHE 64           /* cached masks per matcher (16 KB each for MiniCPM5) */
+#define NODE_CAP (1u << 19)     /* nodes kept across steps (16 B each) */
+#define MEMO_SETS 8192          /* interned sets with successor tables, before a clear */
+#define MEMO_IDS (1u << 20)     /* their ids, in all */
 
-/* ---- the vocabulary ---------------------------------------------------------------- */
+/* Work units, weighted to take about the same time each (measured with
+ * minicpmd-grambench on a Zen 4 core: a trie node visited ~7 ns, a node expanded
+ * ~25 ns with its interning): */
+#define W_TRIE 1                /* a trie node visited */
+#define W_ADVANCE 2             /* a stack advanced by a byte, or sorted into a set */
+#define W_EXPAND 4              /* a node expanded */
 
-struct eng_gram_vocab {
-    int32_t n_vocab;
-    /* the trie, preorder; depth >= 1 */
-    uint8_t *byte;
-    uint16_t *depth;
-    uint32_t *end;            /* one past the node's subtree */
-    int32_t *tok;             /* the first token spelled by the path, or -1 */
-    int32_t *next_same;       /* (n_vocab) the next token with the same bytes, or -1 */
-    uint32_t n_nodes;
-    int max_depth;
-    /* per token */
-    uint32_t *off, *len;      /* into bytes; len 0: never matches */
-    char *bytes;
-};
-
-static const struct eng_gram_vocab *g_sort_vocab; /* qsort has no context argument */
-
-static int by_bytes(const void *a, const void *b)
-{
-    const struct eng_gram_vocab *v = g_sort_vocab;
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    uint32_t lx = v->len[x], ly = v->len[y];
-    int c = memcmp(v->bytes + v->off[x], v->bytes + v->off[y], lx < ly ? lx : ly);
-    if (c)
-        return c;
-    if (lx != ly)
-        return lx < ly ? -1 : 1;
-    return (x > y) - (x < y);
-}
-
-static bool is_markup(const eng_tokenizer *t, int32_t id)
-{
-    static const char *const markup[] = {"<function", "</function>", "<param", "</param>"};
-    for (size_t i = 0; i < sizeof markup / sizeof *markup; i++)
-        if (eng_tokenizer_token_id(t, markup[i]) == id)
-            return true;
-    return false;
-}
-
-eng_gram_vocab *eng_gram_vocab_new(const eng_tokenizer *t)
-{
-    static pthread_mutex_t sort_mu = PTHREAD_MUTEX_INITIALIZER;
-    struct eng_gram_vocab *v = calloc(1, sizeof *v);
-    int32_t *order = NULL;
-    if (!v)
-        return NULL;
-    int32_t n = v->n_vocab = eng_tokenizer_n_vocab(t);
-    v->off = calloc((size_t)n + 1, sizeof *v->off);
-    v->len = calloc((size_t)n + 1, sizeof *v->len);
-    v->next_same = malloc(((size_t)n + 1) * sizeof *v->next_same);
-    order = malloc(((size_t)n + 1) * sizeof *order);
-    if (!v->off || !v->len || !v->next_same || !order)
-        goto fail;
-    size_t total = 0;
-    int32_t m = 0;
-    for (int32_t id = 0; id < n; id++) {
-        const char *b;
-        size_t k = eng_tokenizer_token_bytes(t, id, true, &b);
-        if (k == 0 && is_markup(t, id))
-            k = eng_tokenizer_token_bytes(t, id, false, &b);
-        v->next_same[id] = -1;
-        if (k == 0 || k > UINT16_MAX)
-            continue;
-        v->len[id] = (uint32_t)k;
-        total += k;
-        order[m++] = id;
-    }
-    if (!(v->bytes = malloc(total + 1)))
-        goto fail;
-    total = 0;
-    for (int32_t i = 0; i < m; i++) {
-        const char *b;
-        int32_t id = order[i];
-        size_t k = eng_tokenizer_token_bytes(t, id, true, &b);
-        if (k == 0)
-            k = eng_tokenizer_token_bytes(t, id, false, &b);
-        memcpy(v->bytes + total, b, k);
-        v->off[id] = (uint32_t)total;
-        total += k;
-    }
-    pthread_mutex_lock(&sort_mu);
-    g_sort_vocab = v;
-    qsort(order, (size_t)m, sizeof *order, by_bytes);
-    pthread_mutex_unlock(&sort_mu);
-
-    /* Nodes: at most the total of the bytes. */
-    size_t cap = total + 1;
-    v->byte = malloc(cap);
-    v->depth = malloc(cap * sizeof *v->depth);
-    v->end = malloc(cap * sizeof *v->end);
-    v->tok = malloc(cap * sizeof *v->tok);
-    uint32_t *path = malloc(((size_t)UINT16_MAX + 2) * sizeof *path);
-    if (!v->byte || !v->depth || !v->end || !v->tok || !path) {
-        free(path);
-        goto fail;
-    }
-    int plen = 0;              /* nodes on the current path */
-    const char *prev = NULL;
-    uint32_t prev_len = 0;
-    int32_t prev_id = -1;
-    for (int32_t i = 0; i < m; i++) {
-        int32_t id = order[i];
-        const char *s = v->bytes + v->off[id];
-        uint32_t len = v->len[id];
-        uint32_t common = 0;
-        while (prev && common < len && common < prev_len && s[common] == prev[common])
-            common++;
-        if (prev && common == len && len == prev_len) { /* the same bytes again */
-            v->next_same[prev_id] = id;
-            prev_id = id;
-            continue;
-        }
-        while (plen > (int)common) /* close what is not shared */
-            v->end[path[--plen]] = v->n_nodes;
-        for (uint32_t d = common; d < len; d++) {
-            uint32_t k = v->n_nodes++;
-            v->byte[k] = (uint8_t)s[d];
-            v->depth[k] = (uint16_t)(d + 1);
-            v->tok[k] = -1;
-            path[plen++] = k;
-        }
-        v->tok[path[plen - 1]] = id;
-        if ((int)len > v->max_depth)
-            v->max_depth = (int)len;
-        prev = s;
-        prev_len = len;
-        prev_id = id;
-    }
-    while (plen > 0)
-        v->end[path[--plen]] = v->n_nodes;
-    free(path);
-    free(order);
-    return v;
-fail:
-    free(order);
-    eng_gram_vocab_free(v);
-    return NULL;
-}
-
-void eng_gram_vocab_free(eng_gram_vocab *v)
-{
-    if (!v)
-        return;
-    free(v->byte);
-    free(v->depth);
-    free(v->end);
-    free(v->tok);
-    free(v->next_same);
-    free(v->off);
-    free(v->len);
-    free(v->bytes);
-    free(v);
-}
-
-int32_t eng_gram_vocab_size(const eng_gram_vocab *v) { return v->n_vocab; }
-
-/* ---- stacks -------------------------------------------------------------------------- */
+#define DEAD 0xFFFFFFFFu
+#define UNKNOWN 0xFFFFFFFEu
 
 struct node {
-    uint32_t pos, parent, depth;
+    uint32_t pos, parent, count, depth;
 };
 
 /* A set of stacks: node ids, sorted, distinct. */
@@ -208,13 +72,9 @@ struct setrec {
     uint32_t off;
     int n;
     struct gr_set first;
-    uint32_t *next;           /* NULL, or (256) the set after each byte: UNKNOWN, DEAD
-                                 or an id */
+    uint32_t *next;           /* NULL, or (n_classes) the set after each byte class:
+                                 UNKNOWN, DEAD or an id */
 };
-
-#define DEAD 0xFFFFFFFFu
-#define UNKNOWN 0xFFFFFFFEu
-#define MEMO_MAX 8192         /* successor tables (1 KB each) before they are cleared */
 
 struct mask_slot {
     uint64_t hash;
@@ -237,21 +97,27 @@ struct eng_gram_matcher {
     size_t n_nodes, cap_nodes;
     uint32_t *table;          /* hash-consing: node ids, 0 = free */
     size_t table_cap;
+    uint32_t *stamp;          /* (cap_nodes) the expansion that last visited a node */
+    uint32_t epoch;
+    uint32_t *work_list;      /* expansion's pending nodes */
+    size_t cap_work;
 
     struct sset cur;
     struct sset tmp, tmp2;
-    long expand_budget;
-    bool overflow;            /* a limit was hit while expanding */
 
-    /* The memo of advance() for the trie walk: interned sets and (set, byte) -> set.
-     * The walks of successive steps share most of it. */
+    /* this step's work, and why it failed */
+    uint64_t work, work_last, work_most;
+    int fail;                 /* 0, -E2BIG or -ENOMEM: the step is abandoned */
+    char why[160];
+
+    /* The memo of advance() for the trie walk: interned sets and (set, class) ->
+     * set. The walks of successive steps share it. */
     struct setrec *recs;
     size_t n_recs, cap_recs;
     uint32_t *pool;
     size_t n_pool, cap_pool;
     uint32_t *rec_table;      /* rec index + 1; 0 = free */
     size_t rec_table_cap;
-    size_t memo_n;            /* successor tables allocated */
     uint32_t *level_id;       /* (max_depth + 1) */
 
     struct mask_slot cache[MASK_CACHE];
@@ -267,6 +133,38 @@ static uint64_t mix(uint64_t x)
     return x ^ (x >> 33);
 }
 
+static void step_fail(eng_gram_matcher *m, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void step_fail(eng_gram_matcher *m, int rc, const char *fmt, ...)
+{
+    if (m->fail)
+        return;
+    m->fail = rc;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->why, sizeof m->why, fmt, ap);
+    va_end(ap);
+}
+
+static bool spend(eng_gram_matcher *m, uint64_t units)
+{
+    m->work += units;
+    if (m->work > m->g->lim.step_work)
+        step_fail(m, -E2BIG,
+                  "grammar: one step needs more than %u units of work (grammar_step_work)",
+                  m->g->lim.step_work);
+    return !m->fail;
+}
+
+static void oom(eng_gram_matcher *m) { step_fail(m, -ENOMEM, "grammar: out of memory"); }
+
+/* ---- nodes ----------------------------------------------------------------------------- */
+
+static uint64_t node_hash(uint32_t pos, uint32_t parent, uint32_t count)
+{
+    return mix(((uint64_t)pos << 32 | parent) ^ mix(count));
+}
+
 static int table_grow(eng_gram_matcher *m)
 {
     size_t cap = m->table_cap ? m->table_cap * 2 : 1024;
@@ -274,7 +172,8 @@ static int table_grow(eng_gram_matcher *m)
     if (!t)
         return -ENOMEM;
     for (size_t i = 1; i < m->n_nodes; i++) {
-        size_t h = mix(((uint64_t)m->nodes[i].pos << 32) | m->nodes[i].parent) & (cap - 1);
+        const struct node *n = &m->nodes[i];
+        size_t h = node_hash(n->pos, n->parent, n->count) & (cap - 1);
         while (t[h])
             h = (h + 1) & (cap - 1);
         t[h] = (uint32_t)i;
@@ -285,48 +184,96 @@ static int table_grow(eng_gram_matcher *m)
     return 0;
 }
 
-static void memo_clear(eng_gram_matcher *m);
-
-/* The node {pos, parent}, made once. Returns its id, or 0 with m->overflow set. */
-static uint32_t intern(eng_gram_matcher *m, uint32_t pos, uint32_t parent)
+/* The node {pos, count, parent}, made once. Returns its id, or 0 with m->fail. */
+static uint32_t intern(eng_gram_matcher *m, uint32_t pos, uint32_t parent, uint32_t count)
 {
     if (2 * (m->n_nodes + 1) > m->table_cap && table_grow(m)) {
-        m->overflow = true;
+        oom(m);
         return 0;
     }
     size_t mask = m->table_cap - 1;
-    size_t h = mix(((uint64_t)pos << 32) | parent) & mask;
+    size_t h = node_hash(pos, parent, count) & mask;
     for (; m->table[h]; h = (h + 1) & mask) {
         const struct node *n = &m->nodes[m->table[h]];
-        if (n->pos == pos && n->parent == parent)
+        if (n->pos == pos && n->parent == parent && n->count == count)
             return m->table[h];
     }
     uint32_t depth = m->nodes[parent].depth + 1;
-    if (depth > MAX_DEPTH || m->n_nodes >= UINT32_MAX / 2 ||
-        ut_grow((void **)&m->nodes, &m->cap_nodes, m->n_nodes + 1, sizeof *m->nodes, 1024)) {
-        m->overflow = true;
+    if (depth > MAX_DEPTH) {
+        step_fail(m, -E2BIG, "grammar: nesting deeper than %d", MAX_DEPTH);
         return 0;
     }
+    if (m->n_nodes >= 2 * NODE_CAP) { /* one step alone: bounded by its work too */
+        step_fail(m, -E2BIG,
+                  "grammar: one step needs more than %u stack nodes (grammar_step_work)",
+                  2 * NODE_CAP);
+        return 0;
+    }
+    size_t cap = m->cap_nodes;
+    if (ut_grow((void **)&m->nodes, &m->cap_nodes, m->n_nodes + 1, sizeof *m->nodes, 1024)) {
+        oom(m);
+        return 0;
+    }
+    if (m->cap_nodes != cap) {
+        uint32_t *s = realloc(m->stamp, m->cap_nodes * sizeof *s);
+        if (!s) {
+            oom(m);
+            return 0;
+        }
+        memset(s + cap, 0, (m->cap_nodes - cap) * sizeof *s);
+        m->stamp = s;
+    }
     uint32_t id = (uint32_t)m->n_nodes++;
-    m->nodes[id] = (struct node){pos, parent, depth};
+    m->nodes[id] = (struct node){pos, parent, count, depth};
+    m->stamp[id] = 0;
     m->table[h] = id;
     return id;
 }
 
+/* The node {pos, count, parent} if it exists (0 if not). */
+static uint32_t find(const eng_gram_matcher *m, uint32_t pos, uint32_t parent, uint32_t count)
+{
+    size_t mask = m->table_cap - 1;
+    for (size_t h = node_hash(pos, parent, count) & mask; m->table[h]; h = (h + 1) & mask) {
+        const struct node *n = &m->nodes[m->table[h]];
+        if (n->pos == pos && n->parent == parent && n->count == count)
+            return m->table[h];
+    }
+    return 0;
+}
+
+/* The stack that continues at position `pos` with `parent` below: the parent
+ * itself where the rule's alternative ends there. */
+static uint32_t at(eng_gram_matcher *m, uint32_t pos, uint32_t parent)
+{
+    return GR_IS_END(m->g->el[pos]) ? parent : intern(m, pos, parent, 0);
+}
+
+/* ---- expansion ------------------------------------------------------------------------- */
+
+static void push(eng_gram_matcher *m, uint32_t id, size_t *n)
+{
+    if (m->fail || m->stamp[id] == m->epoch)
+        return;
+    if (ut_grow((void **)&m->work_list, &m->cap_work, *n + 1, sizeof *m->work_list, 256)) {
+        oom(m);
+        return;
+    }
+    m->work_list[(*n)++] = id;
+}
+
 static void sset_add(eng_gram_matcher *m, struct sset *s, uint32_t id)
 {
-    for (int i = 0; i < s->n; i++)
-        if (s->id[i] == id)
-            return;
-    if (s->n >= MAX_SET) {
-        m->overflow = true;
+    if (s->n >= (int)m->g->lim.max_stacks) {
+        step_fail(m, -E2BIG, "grammar: more than %u stacks at one point (grammar_max_stacks)",
+                  m->g->lim.max_stacks);
         return;
     }
     if (s->n == s->cap) {
         int cap = s->cap ? 2 * s->cap : 16;
         uint32_t *p = realloc(s->id, (size_t)cap * sizeof *p);
         if (!p) {
-            m->overflow = true;
+            oom(m);
             return;
         }
         s->id = p;
@@ -335,44 +282,73 @@ static void sset_add(eng_gram_matcher *m, struct sset *s, uint32_t id)
     s->id[s->n++] = id;
 }
 
-/* Expand the stack `s` until every stack has a SET on top (or is empty), adding
- * the results to `out`. */
-static void expand(eng_gram_matcher *m, uint32_t s, struct sset *out)
+/* Push the alternatives of `rule`, each continuing into `cont`. */
+static void push_alternatives(eng_gram_matcher *m, uint32_t rule, uint32_t cont, size_t *n)
 {
-    if (--m->expand_budget < 0) {
-        m->overflow = true;
-        return;
-    }
-    if (s == 0) {
-        sset_add(m, out, 0);
-        return;
-    }
     const uint32_t *el = m->g->el;
-    uint32_t pos = m->nodes[s].pos, e = el[pos];
-    if (GR_TYPE(e) == GR_SET) {
-        sset_add(m, out, s);
-        return;
-    }
-    /* A REF: replace it by its continuation, then push each alternative. */
-    uint32_t below = m->nodes[s].parent;
-    uint32_t cont = GR_IS_END(el[pos + 1]) ? below : intern(m, pos + 1, below);
-    if (m->overflow)
-        return;
-    uint32_t a = m->g->rule_start[GR_VAL(e)];
-    for (;;) {
-        if (GR_IS_END(el[a])) {
-            expand(m, cont, out);
-        } else {
-            uint32_t t = intern(m, a, cont);
-            if (m->overflow)
-                return;
-            expand(m, t, out);
-        }
+    for (uint32_t a = m->g->rule_start[rule];;) {
+        push(m, at(m, a, cont), n);
+        if (m->fail)
+            return;
         while (!GR_IS_END(el[a]))
             a++;
         if (GR_TYPE(el[a]) == GR_END)
-            break;
+            return;
         a++;
+    }
+}
+
+/* Expand the pending nodes (m->work_list[0..n)) until every stack has a SET on
+ * top or is empty, adding those to `out`. Each node is expanded once per epoch. */
+static void expand(eng_gram_matcher *m, size_t n, struct sset *out)
+{
+    const eng_grammar *g = m->g;
+    while (n && !m->fail) {
+        uint32_t s = m->work_list[--n];
+        if (m->stamp[s] == m->epoch)
+            continue;
+        m->stamp[s] = m->epoch;
+        if (!spend(m, W_EXPAND))
+            return;
+        if (s == 0) {
+            sset_add(m, out, 0);
+            continue;
+        }
+        struct node nd = m->nodes[s];
+        uint32_t e = g->el[nd.pos];
+        switch (GR_TYPE(e)) {
+        case GR_SET:
+            sset_add(m, out, s);
+            break;
+        case GR_REF:
+            push_alternatives(m, GR_VAL(e), at(m, nd.pos + 1, nd.parent), &n);
+            break;
+        case GR_REP: {
+            const struct gr_rep *r = &g->reps[GR_VAL(e)];
+            /* A rule that can be empty returns here at count c + 1 in the same
+             * expansion that expanded count c, having read nothing: count c
+             * already offered all that c + 1 offers (min is 0), so the empty
+             * iteration adds no stacks. Without this, ("a"?){0,4096} would start
+             * with 4096 stacks. */
+            if (r->nullable && nd.count > 0) {
+                uint32_t prev = find(m, nd.pos, nd.parent, nd.count - 1);
+                if (prev && m->stamp[prev] == m->epoch)
+                    break;
+            }
+            if (nd.count >= r->min)
+                push(m, at(m, nd.pos + 1, nd.parent), &n);
+            if (r->max == GR_INF || nd.count < r->max) {
+                /* unbounded: the count only matters until min is reached */
+                uint32_t c = r->max == GR_INF && nd.count >= r->min ? nd.count : nd.count + 1;
+                uint32_t back = intern(m, nd.pos, nd.parent, c);
+                if (!m->fail)
+                    push_alternatives(m, r->rule, back, &n);
+            }
+            break;
+        }
+        default:
+            break;
+        }
     }
 }
 
@@ -400,39 +376,129 @@ static void sset_finish(eng_gram_matcher *m, struct sset *s)
     }
 }
 
-/* out = the stacks of `in` after byte `b`. Returns false when none is left (or a
- * limit was hit). */
+static void next_epoch(eng_gram_matcher *m)
+{
+    if (++m->epoch == 0) { /* wrapped: forget every stamp */
+        memset(m->stamp, 0, m->cap_nodes * sizeof *m->stamp);
+        m->epoch = 1;
+    }
+}
+
+/* out = the stacks of `in` after byte `b`. Returns false when none is left or
+ * the step failed (m->fail). */
 static bool advance(eng_gram_matcher *m, const struct sset *in, unsigned b, struct sset *out)
 {
     out->n = 0;
     if (!gr_set_has(&in->first, b))
         return false;
-    m->expand_budget = MAX_EXPAND;
-    m->overflow = false;
+    if (!spend(m, W_ADVANCE * (uint64_t)in->n))
+        return false;
+    next_epoch(m);
     const uint32_t *el = m->g->el;
-    for (int i = 0; i < in->n; i++) {
+    size_t n = 0;
+    for (int i = 0; i < in->n && !m->fail; i++) {
         uint32_t s = in->id[i];
         if (s == 0)
             continue;
-        uint32_t pos = m->nodes[s].pos;
-        if (!gr_set_has(&m->g->sets[GR_VAL(el[pos])], b))
-            continue;
-        uint32_t below = m->nodes[s].parent;
-        uint32_t t = GR_IS_END(el[pos + 1]) ? below : intern(m, pos + 1, below);
-        if (m->overflow)
-            break;
-        expand(m, t, out);
+        const struct node *nd = &m->nodes[s];
+        if (gr_set_has(&m->g->sets[GR_VAL(el[nd->pos])], b))
+            push(m, at(m, nd->pos + 1, nd->parent), &n);
     }
-    if (m->overflow)
+    expand(m, n, out);
+    if (m->fail) {
         out->n = 0;
+        return false;
+    }
     sset_finish(m, out);
-    return out->n > 0;
+    return spend(m, W_ADVANCE * (uint64_t)out->n) && out->n > 0;
+}
+
+/* ---- compaction: keep the nodes the current set reaches ------------------------------- */
+
+static void memo_clear(eng_gram_matcher *m)
+{
+    for (size_t i = 0; i < m->n_recs; i++)
+        free(m->recs[i].next);
+    m->n_recs = m->n_pool = 0;
+    if (m->rec_table)
+        memset(m->rec_table, 0, m->rec_table_cap * sizeof *m->rec_table);
+}
+
+static void cache_clear(eng_gram_matcher *m)
+{
+    for (int i = 0; i < MASK_CACHE; i++) {
+        free(m->cache[i].key);
+        free(m->cache[i].mask);
+        m->cache[i] = (struct mask_slot){0};
+    }
+}
+
+/* Nodes, memo and cache name nodes by id: renumbering the live nodes drops the
+ * memo and the cache (both refill as the walk goes). */
+static int compact(eng_gram_matcher *m)
+{
+    uint32_t *map = calloc(m->n_nodes, sizeof *map);
+    struct node *keep = malloc(m->n_nodes * sizeof *keep);
+    uint32_t *st = malloc(m->n_nodes * sizeof *st);
+    if (!map || !keep || !st) {
+        free(map);
+        free(keep);
+        free(st);
+        return -ENOMEM;
+    }
+    /* parents before children: a node's parent always has a smaller id */
+    uint32_t n = 1;
+    keep[0] = m->nodes[0];
+    for (int i = 0; i < m->cur.n; i++) {
+        int sp = 0;
+        for (uint32_t x = m->cur.id[i]; x && !map[x]; x = m->nodes[x].parent)
+            st[sp++] = x;
+        while (sp) {
+            uint32_t x = st[--sp];
+            keep[n] = m->nodes[x];
+            keep[n].parent = map[m->nodes[x].parent];
+            map[x] = n++;
+        }
+    }
+    for (int i = 0; i < m->cur.n; i++)
+        m->cur.id[i] = map[m->cur.id[i]];
+    qsort(m->cur.id, (size_t)m->cur.n, sizeof *m->cur.id, cmp_u32);
+    memcpy(m->nodes, keep, n * sizeof *keep);
+    m->n_nodes = n;
+    memset(m->stamp, 0, m->cap_nodes * sizeof *m->stamp);
+    m->epoch = 1;
+    free(map);
+    free(keep);
+    free(st);
+    free(m->table);
+    m->table = NULL;
+    m->table_cap = 0;
+    memo_clear(m);
+    cache_clear(m);
+    while (2 * m->n_nodes > m->table_cap)
+        if (table_grow(m))
+            return -ENOMEM;
+    return 0;
+}
+
+/* Between steps: a new step starts with no work done, within the node cap. */
+static int step_begin(eng_gram_matcher *m)
+{
+    m->work = 0;
+    m->fail = 0;
+    m->why[0] = '\0';
+    if (m->n_nodes > NODE_CAP && compact(m))
+        return -ENOMEM;
+    if (m->n_recs > MEMO_SETS || m->n_pool > MEMO_IDS)
+        memo_clear(m);
+    return 0;
 }
 
 /* ---- the matcher -------------------------------------------------------------------- */
 
-int eng_gram_matcher_new(eng_grammar *g, const eng_gram_vocab *v, const int32_t *stop_ids,
-                         int n_stop_ids, eng_gram_matcher **out)
+/* A matcher at the start; on -E2BIG it is still made (*out), its `why` filled. */
+static int matcher_make(eng_grammar *g, const eng_gram_vocab *v, const int32_t *stop_ids,
+                        int n_stop_ids, eng_gram_matcher **out)
 {
     *out = NULL;
     eng_gram_matcher *m = calloc(1, sizeof *m);
@@ -448,43 +514,40 @@ int eng_gram_matcher_new(eng_grammar *g, const eng_gram_vocab *v, const int32_t 
     m->n_stop_ids = n_stop_ids;
     m->stop_ids = malloc(((size_t)n_stop_ids + 1) * sizeof *m->stop_ids);
     m->level_id = calloc((size_t)v->max_depth + 1, sizeof *m->level_id);
-    if (!m->stop_ids || !m->level_id ||
-        ut_grow((void **)&m->nodes, &m->cap_nodes, 1, sizeof *m->nodes, 1024) ||
-        table_grow(m)) {
+    m->stamp = calloc(1024, sizeof *m->stamp);
+    if (!m->stop_ids || !m->level_id || !m->stamp ||
+        ut_grow((void **)&m->nodes, &m->cap_nodes, 1024, sizeof *m->nodes, 1024) ||
+        m->cap_nodes != 1024 || table_grow(m)) {
         eng_gram_matcher_free(m);
         return -ENOMEM;
     }
     if (n_stop_ids > 0)
         memcpy(m->stop_ids, stop_ids, (size_t)n_stop_ids * sizeof *stop_ids);
-    m->nodes[0] = (struct node){0, 0, 0};
+    m->nodes[0] = (struct node){0, 0, 0, 0};
     m->n_nodes = 1;
-    /* The start: the root rule as a REF to expand. A one-element rule would need a
-     * position holding REF root; root's alternatives are pushed directly instead. */
-    m->expand_budget = MAX_EXPAND;
-    const uint32_t *el = g->el;
-    uint32_t a = g->rule_start[g->root];
-    for (;;) {
-        if (GR_IS_END(el[a])) {
-            expand(m, 0, &m->cur);
-        } else {
-            uint32_t t = intern(m, a, 0);
-            if (m->overflow)
-                break;
-            expand(m, t, &m->cur);
-        }
-        while (!GR_IS_END(el[a]))
-            a++;
-        if (GR_TYPE(el[a]) == GR_END)
-            break;
-        a++;
-    }
-    if (m->overflow) {
+    m->epoch = 1;
+    /* The start: root's alternatives over the empty stack. */
+    size_t n = 0;
+    push_alternatives(m, (uint32_t)g->root, 0, &n);
+    expand(m, n, &m->cur);
+    if (m->fail == -ENOMEM) {
         eng_gram_matcher_free(m);
-        return -EINVAL;
+        return -ENOMEM;
     }
     sset_finish(m, &m->cur);
     *out = m;
-    return 0;
+    return m->fail;
+}
+
+int eng_gram_matcher_new(eng_grammar *g, const eng_gram_vocab *v, const int32_t *stop_ids,
+                         int n_stop_ids, eng_gram_matcher **out)
+{
+    int rc = matcher_make(g, v, stop_ids, n_stop_ids, out);
+    if (rc) {
+        eng_gram_matcher_free(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 void eng_gram_matcher_free(eng_gram_matcher *m)
@@ -494,16 +557,15 @@ void eng_gram_matcher_free(eng_gram_matcher *m)
     free(m->cur.id);
     free(m->tmp.id);
     free(m->tmp2.id);
-    for (int i = 0; i < MASK_CACHE; i++) {
-        free(m->cache[i].key);
-        free(m->cache[i].mask);
-    }
+    cache_clear(m);
     memo_clear(m);
     free(m->recs);
     free(m->pool);
     free(m->rec_table);
     free(m->level_id);
     free(m->nodes);
+    free(m->stamp);
+    free(m->work_list);
     free(m->table);
     free(m->stop_ids);
     eng_grammar_free(m->g);
@@ -518,15 +580,6 @@ static uint64_t set_hash(const struct sset *s)
     for (int i = 0; i < s->n; i++)
         h = mix(h ^ s->id[i]);
     return h;
-}
-
-static void memo_clear(eng_gram_matcher *m)
-{
-    for (size_t i = 0; i < m->n_recs; i++)
-        free(m->recs[i].next);
-    m->n_recs = m->n_pool = m->memo_n = 0;
-    if (m->rec_table)
-        memset(m->rec_table, 0, m->rec_table_cap * sizeof *m->rec_table);
 }
 
 static int rec_table_grow(eng_gram_matcher *m)
@@ -550,8 +603,10 @@ static int rec_table_grow(eng_gram_matcher *m)
 /* The id of set s (finished), or DEAD when out of memory. */
 static uint32_t set_intern(eng_gram_matcher *m, const struct sset *s)
 {
-    if (2 * (m->n_recs + 1) > m->rec_table_cap && rec_table_grow(m))
+    if (2 * (m->n_recs + 1) > m->rec_table_cap && rec_table_grow(m)) {
+        oom(m);
         return DEAD;
+    }
     uint64_t h = set_hash(s);
     size_t mask = m->rec_table_cap - 1, i = h & mask;
     for (; m->rec_table[i]; i = (i + 1) & mask) {
@@ -562,8 +617,10 @@ static uint32_t set_intern(eng_gram_matcher *m, const struct sset *s)
     }
     if (ut_grow((void **)&m->recs, &m->cap_recs, m->n_recs + 1, sizeof *m->recs, 256) ||
         ut_grow((void **)&m->pool, &m->cap_pool, m->n_pool + (size_t)s->n + 1, sizeof *m->pool,
-                4096))
+                4096)) {
+        oom(m);
         return DEAD;
+    }
     memcpy(m->pool + m->n_pool, s->id, (size_t)s->n * sizeof *s->id);
     m->recs[m->n_recs] = (struct setrec){h, (uint32_t)m->n_pool, s->n, s->first, NULL};
     m->n_pool += (size_t)s->n;
@@ -571,25 +628,28 @@ static uint32_t set_intern(eng_gram_matcher *m, const struct sset *s)
     return (uint32_t)m->n_recs++;
 }
 
-/* advance() by set id, memoised in the set's own table of 256 successors.
- * Returns the next set's id, or DEAD. */
+/* advance() by set id, memoised per byte class in the set's own table. Returns
+ * the next set's id, or DEAD (none left, or m->fail). */
 static uint32_t advance_id(eng_gram_matcher *m, uint32_t sid, unsigned b)
 {
+    unsigned c = m->g->byte_class[b];
     uint32_t *next = m->recs[sid].next;
-    if (next && next[b] != UNKNOWN)
-        return next[b];
+    if (next && next[c] != UNKNOWN)
+        return next[c];
     if (!next) {
-        if (!(next = malloc(256 * sizeof *next)))
+        if (!(next = malloc((size_t)m->g->n_classes * sizeof *next))) {
+            oom(m);
             return DEAD;
-        for (int i = 0; i < 256; i++)
+        }
+        for (int i = 0; i < m->g->n_classes; i++)
             next[i] = UNKNOWN;
         m->recs[sid].next = next;
-        m->memo_n++;
     }
     const struct setrec *r = &m->recs[sid];
     struct sset in = {m->pool + r->off, r->n, r->n, r->first, false};
     uint32_t out = advance(m, &in, b, &m->tmp2) ? set_intern(m, &m->tmp2) : DEAD;
-    m->recs[sid].next[b] = out; /* set_intern may have moved recs, not the table */
+    if (!m->fail) /* a failed step leaves nothing memoised */
+        m->recs[sid].next[c] = out; /* set_intern may have moved recs, not the table */
     return out;
 }
 
@@ -599,17 +659,17 @@ static int compute_mask(eng_gram_matcher *m, uint32_t *mask)
     const eng_gram_vocab *v = m->v;
     memset(mask, 0, (size_t)m->words * sizeof *mask);
     int count = 0;
-    if (m->memo_n > MEMO_MAX || m->n_pool > 512 * MEMO_MAX)
-        memo_clear(m);
     uint32_t *lv = m->level_id;
     lv[0] = set_intern(m, &m->cur);
     if (lv[0] == DEAD)
-        return -ENOMEM;
+        return m->fail;
     for (uint32_t i = 0; i < v->n_nodes;) {
         int d = v->depth[i];
         unsigned b = v->byte[i];
         if (!gr_set_has(&m->recs[lv[d - 1]].first, b) ||
             (lv[d] = advance_id(m, lv[d - 1], b)) == DEAD) {
+            if (m->fail)
+                break;
             i = v->end[i];
             continue;
         }
@@ -618,6 +678,12 @@ static int compute_mask(eng_gram_matcher *m, uint32_t *mask)
             count++;
         }
         i++;
+        if ((i & 255) == 0 && !spend(m, 256 * W_TRIE))
+            break;
+    }
+    if (m->fail) {
+        memset(mask, 0, (size_t)m->words * sizeof *mask);
+        return m->fail;
     }
     if (m->cur.complete)
         for (int i = 0; i < m->n_stop_ids; i++)
@@ -631,9 +697,12 @@ static int compute_mask(eng_gram_matcher *m, uint32_t *mask)
 
 int eng_gram_matcher_mask(eng_gram_matcher *m, uint32_t *mask)
 {
+    if (step_begin(m))
+        return -ENOMEM;
     uint64_t h = set_hash(&m->cur);
     struct mask_slot *victim = &m->cache[0];
     m->tick++;
+    m->work_last = 0;
     for (int i = 0; i < MASK_CACHE; i++) {
         struct mask_slot *c = &m->cache[i];
         if (c->mask && c->hash == h && c->n_key == m->cur.n &&
@@ -648,6 +717,11 @@ int eng_gram_matcher_mask(eng_gram_matcher *m, uint32_t *mask)
     }
     int count = compute_mask(m, mask);
     m->n_computed++;
+    m->work_last = m->work;
+    if (m->work > m->work_most)
+        m->work_most = m->work;
+    if (count < 0)
+        return count;
     /* Remember it (the least recently used slot goes). */
     uint32_t *key = malloc(((size_t)m->cur.n + 1) * sizeof *key);
     uint32_t *copy = victim->mask ? victim->mask : malloc((size_t)m->words * sizeof *copy);
@@ -695,7 +769,8 @@ static int sset_copy(struct sset *dst, const struct sset *src)
         dst->id = p;
         dst->cap = src->n;
     }
-    memcpy(dst->id, src->id, (size_t)src->n * sizeof *dst->id);
+    if (src->n)
+        memcpy(dst->id, src->id, (size_t)src->n * sizeof *dst->id);
     dst->n = src->n;
     dst->first = src->first;
     dst->complete = src->complete;
@@ -704,13 +779,15 @@ static int sset_copy(struct sset *dst, const struct sset *src)
 
 int eng_gram_matcher_accept_bytes(eng_gram_matcher *m, const char *s, size_t n)
 {
+    if (step_begin(m))
+        return -ENOMEM;
     /* Work on two scratch sets; cur changes only when every byte was taken. */
     struct sset *a = &m->tmp, *b = &m->tmp2;
     if (sset_copy(a, &m->cur))
         return -ENOMEM;
     for (size_t i = 0; i < n; i++) {
         if (!advance(m, a, (unsigned char)s[i], b))
-            return -EINVAL;
+            return m->fail ? m->fail : -EINVAL;
         struct sset *t = a;
         a = b;
         b = t;
@@ -739,4 +816,35 @@ void eng_gram_matcher_stats(const eng_gram_matcher *m, uint64_t *computed, uint6
 {
     *computed = m->n_computed;
     *cached = m->n_cached;
+}
+
+void eng_gram_matcher_work(const eng_gram_matcher *m, uint64_t *last, uint64_t *most)
+{
+    *last = m->work_last;
+    *most = m->work_most;
+}
+
+const char *eng_gram_matcher_why(const eng_gram_matcher *m) { return m->why; }
+
+int eng_gram_check_start(eng_grammar *g, const eng_gram_vocab *v, char *err, size_t errlen)
+{
+    eng_gram_matcher *m = NULL;
+    uint32_t *mask = NULL;
+    int rc = matcher_make(g, v, NULL, 0, &m);
+    if (rc == -E2BIG)
+        snprintf(err, errlen, "%s", m->why);
+    if (rc)
+        goto out;
+    if (!(mask = malloc((size_t)m->words * sizeof *mask))) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    rc = eng_gram_matcher_mask(m, mask);
+    if (rc == -E2BIG)
+        snprintf(err, errlen, "%s", m->why);
+    rc = rc < 0 ? rc : 0;
+out:
+    free(mask);
+    eng_gram_matcher_free(m);
+    return rc;
 }
