@@ -20,31 +20,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int compile(const char *gbnf, const char *param, struct api_chat_req *r,
-                   struct api_bad_request *bad)
-{
-    char err[256];
-    int rc = eng_grammar_parse(gbnf, strlen(gbnf), &r->grammar, err, sizeof err);
-    if (rc == -ENOMEM) {
-        api_refuse(bad, API_ERR_INTERNAL, NULL, "out of memory while compiling the grammar");
-        return rc;
-    }
-    if (rc)
-        return api__refuse(bad, param, "Invalid '%s': %s", param, err);
-    return 0;
-}
-
 static int refused(struct api_bad_request *bad, const char *param, int rc,
                    const struct eng_gram_refusal *why)
 {
-    if (rc == -ENOMEM) {
-        api_refuse(bad, API_ERR_INTERNAL, NULL, "out of memory while compiling the schema");
-        return rc;
-    }
+    if (rc == -ENOMEM)
+        return api_refuse(bad, API_ERR_INTERNAL, NULL,
+                          "out of memory while compiling the schema");
     return api__refuse(bad, param, "Invalid schema for '%s': %s.", param, why->message);
 }
 
-static int check_response_format(const json_t *rf, struct api_chat_req *r, char **gbnf,
+/* What the grammar is compiled from, kept by the parse (borrowing from the body)
+ * until api_chat_req_grammar() compiles it. */
+static void set_source(struct api_chat_req *r, enum api_gram_kind kind, const json_t *json,
+                       const char *param)
+{
+    r->gsrc_.kind = kind;
+    r->gsrc_.json = json;
+    r->gsrc_.param = param;
+}
+
+static int check_response_format(const json_t *rf, struct api_chat_req *r,
                                  struct api_bad_request *bad)
 {
     if (!json_is_object(rf))
@@ -55,13 +50,12 @@ static int check_response_format(const json_t *rf, struct api_chat_req *r, char 
                                                         "'response_format.type'.");
     if (!json_is_string(type))
         return api__wrong_type(bad, "response_format.type", "a string", type);
-    struct eng_gram_refusal why = {0};
     if (api__str_is(type, "text"))
         return 0;
     if (api__str_is(type, "json_object")) {
         r->response_format = API_FORMAT_JSON_OBJECT;
-        int rc = eng_gram_from_schema(NULL, gbnf, &why);
-        return rc ? refused(bad, "response_format", rc, &why) : 0;
+        set_source(r, API_GRAM_SCHEMA, NULL, "response_format");
+        return 0;
     }
     if (!api__str_is(type, "json_schema"))
         return api__refuse(bad, "response_format.type", "Invalid value for "
@@ -103,12 +97,12 @@ static int check_response_format(const json_t *rf, struct api_chat_req *r, char 
     r->response_format = API_FORMAT_JSON_SCHEMA;
     /* no schema: any JSON value is the schema {}; json_object's grammar is close
      * enough and always finishes */
-    int rc = eng_gram_from_schema(schema, gbnf, &why);
-    return rc ? refused(bad, "response_format.json_schema.schema", rc, &why) : 0;
+    set_source(r, API_GRAM_SCHEMA, schema, "response_format.json_schema.schema");
+    return 0;
 }
 
 int api__check_format(const json_t *body, const json_t *tools, struct api_chat_req *r,
-                      struct api_bad_request *bad)
+                      const struct api_chat_limits *lim, struct api_bad_request *bad)
 {
     bool parallel = true;
     if (api__get_bool(body, "parallel_tool_calls", "parallel_tool_calls", &parallel, bad))
@@ -116,33 +110,70 @@ int api__check_format(const json_t *body, const json_t *tools, struct api_chat_r
     r->parallel_tool_calls = parallel;
     const json_t *rf = api__opt(body, "response_format");
     const json_t *gr = api__opt(body, "grammar");
-    char *gbnf = NULL;
     int rc = 0;
     if (gr && !json_is_string(gr))
         return api__wrong_type(bad, "grammar", "a string", gr);
     if (gr && rf && !api__str_is(json_object_get(rf, "type"), "text"))
         return api__refuse(bad, "grammar", "Invalid 'grammar': it cannot be combined with a "
                                            "JSON 'response_format'.");
-    if (rf && (rc = check_response_format(rf, r, &gbnf, bad)))
+    if (rf && (rc = check_response_format(rf, r, bad)))
         return rc;
-    const char *param = "response_format";
     if (r->tool_choice == API_TOOL_CHOICE_REQUIRED || r->tool_choice == API_TOOL_CHOICE_FUNCTION) {
-        free(gbnf);
-        gbnf = NULL;
-        struct eng_gram_refusal why = {0};
-        rc = eng_gram_from_tools(tools, r->tool_choice == API_TOOL_CHOICE_FUNCTION
-                                            ? r->tool_choice_name : NULL,
-                                 parallel ? 0 : 1, &gbnf, &why);
+        set_source(r, API_GRAM_TOOLS, tools, "tools");
+        r->gsrc_.max_calls = parallel ? 0 : 1;
+    } else if (gr) {
+        set_source(r, API_GRAM_GBNF, gr, "grammar");
+    }
+    if (lim && lim->grammar)
+        r->gsrc_.lim = *lim->grammar;
+    else
+        eng_gram_limits_default(&r->gsrc_.lim);
+    return lim && lim->defer_grammar ? 0 : api_chat_req_grammar(r, NULL, bad);
+}
+
+bool api_chat_req_grammar_pending(const struct api_chat_req *r)
+{
+    return r->gsrc_.kind != API_GRAM_NONE;
+}
+
+int api_chat_req_grammar(struct api_chat_req *r, const eng_gram_vocab *v,
+                         struct api_bad_request *bad)
+{
+    struct api_gram_src *src = &r->gsrc_;
+    const char *param = src->param;
+    char *gbnf = NULL, err[256] = "";
+    struct eng_gram_refusal why = {0};
+    int rc = 0;
+    switch (src->kind) {
+    case API_GRAM_NONE:
+        return 0;
+    case API_GRAM_SCHEMA:
+        rc = eng_gram_from_schema(src->json, &gbnf, &why);
+        if (rc)
+            return refused(bad, param, rc, &why);
+        break;
+    case API_GRAM_TOOLS:
+        rc = eng_gram_from_tools(src->json, r->tool_choice == API_TOOL_CHOICE_FUNCTION
+                                                ? r->tool_choice_name : NULL,
+                                 src->max_calls, &gbnf, &why);
         if (rc)
             return refused(bad, why.path[0] ? why.path : "tools", rc, &why);
-        param = "tools";
-    } else if (gr) {
-        rc = compile(json_string_value(gr), "grammar", r, bad);
-        free(gbnf);
-        return rc;
+        break;
+    case API_GRAM_GBNF:
+        break;
     }
-    if (gbnf)
-        rc = compile(gbnf, param, r, bad);
+    const char *text = gbnf ? gbnf : json_string_value(src->json);
+    size_t len = gbnf ? strlen(gbnf) : json_string_length(src->json);
+    rc = eng_grammar_compile(text, len, &src->lim, &r->grammar, err, sizeof err);
     free(gbnf);
-    return rc;
+    if (rc == 0 && v && (rc = eng_gram_check_start(r->grammar, v, err, sizeof err)) != 0) {
+        eng_grammar_free(r->grammar);
+        r->grammar = NULL;
+    }
+    src->kind = API_GRAM_NONE;
+    if (rc == -ENOMEM)
+        return api_refuse(bad, API_ERR_INTERNAL, NULL, "out of memory while compiling the grammar");
+    if (rc)
+        return api__refuse(bad, param, "Invalid '%s': %s", param, err);
+    return 0;
 }

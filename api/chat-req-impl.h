@@ -106,6 +106,7 @@ int api__check_tool_choice(const json_t *body, const json_t *tools, struct api_c
  * tool_choice: sets r->grammar (required / named tool_choice, a JSON response_format
  * or a GBNF grammar) and r->response_format. */
 int api__check_format(const json_t *body, const json_t *tools, struct api_chat_req *r,
+                      const struct api_chat_limits *lim,
                       struct api_bad_request *bad);
 
 #endif

@@ -613,7 +613,7 @@ int api_chat_req_parse(const json_t *body, const struct api_chat_limits *lim,
         check_stop(body, r, bad) || check_logit_bias(body, n_vocab, r, bad) ||
         check_logprobs(body, r, bad) || (tools && api__check_tools(tools, bad)) ||
         api__check_tool_choice(body, tools, r, &named, bad) ||
-        api__check_format(body, tools, r, bad) ||
+        api__check_format(body, tools, r, lim, bad) ||
         api__get_string(body, "user", "user", &r->user, bad))
         goto err;
 

@@ -36,6 +36,26 @@ struct api_chat_limits {
     bool template_only;                     /* /apply-template: `model` may be absent */
     enum eng_thinking thinking;             /* the daemon's default (--thinking): UNSET is
                                              * auto, the template's own */
+    const struct eng_gram_limits *grammar;  /* what a grammar may cost; NULL: the
+                                             * defaults. Copied */
+    bool defer_grammar;                     /* leave compiling the grammar to
+                                             * api_chat_req_grammar() (off the loop) */
+};
+
+/* Where a request's grammar comes from (api/chat-req-format.c). */
+enum api_gram_kind {
+    API_GRAM_NONE = 0,
+    API_GRAM_SCHEMA,    /* a JSON Schema (json: the schema, NULL: any JSON object) */
+    API_GRAM_TOOLS,     /* the tools' calls (json: the tools) */
+    API_GRAM_GBNF,      /* json: the GBNF string */
+};
+
+struct api_gram_src {
+    enum api_gram_kind kind;
+    const json_t *json;         /* borrowed from the body */
+    const char *param;          /* the field a refusal names */
+    int max_calls;              /* TOOLS: eng_gram_from_tools' */
+    struct eng_gram_limits lim;
 };
 
 enum api_tool_choice {
@@ -112,6 +132,7 @@ struct api_chat_req {
     struct eng_chat_params chat;
 
     /* private */
+    struct api_gram_src gsrc_;  /* the grammar still to compile */
     json_t *body_;
     json_t *parser_tools_;
     struct eng_logit_bias *bias_;
@@ -126,6 +147,18 @@ struct api_chat_req {
 int api_chat_req_parse(const json_t *body, const struct api_chat_limits *lim,
                        struct api_chat_req **out, struct api_bad_request *bad);
 void api_chat_req_free(struct api_chat_req *r);   /* accepts NULL */
+
+/* Compile the grammar the parse left to compile (api_chat_limits.defer_grammar):
+ * the schema or tools to GBNF, the GBNF under the limits, and with `v` (may be
+ * NULL) its first step checked against them, so a grammar over a limit is refused
+ * before it is queued. Returns 0 (r->grammar set, or none was asked), or -EINVAL
+ * with `bad`: a 400 naming the field and the limit or the keyword, or
+ * API_ERR_INTERNAL when out of memory. Any thread, once; the server calls it on
+ * the thread pool, so a large grammar never holds the event loop. */
+int api_chat_req_grammar(struct api_chat_req *r, const eng_gram_vocab *v,
+                         struct api_bad_request *bad);
+/* Whether a grammar waits for api_chat_req_grammar(). */
+bool api_chat_req_grammar_pending(const struct api_chat_req *r);
 
 /* Whether `model` names the served model: its id or one of `n_aliases` aliases,
  * compared exactly. Returns 0, or -ENOENT with `bad` = API_ERR_MODEL_NOT_FOUND (404,

@@ -68,6 +68,10 @@ struct cfg {
     int threads;                /* compute threads; default = online cores */
     int ctx_size;               /* tokens; 0 = the model's own */
     int queue_size;             /* pending generation requests before 503 */
+    int grammar_max_rules;      /* a request's grammar: rules compiled */
+    size_t grammar_max_bytes;   /* its compiled form's size */
+    int grammar_max_stacks;     /* stacks alive at one point */
+    int grammar_step_work;      /* work units of one step's mask */
     int parallel;               /* sequences the worker runs at once */
     int step_prefill;           /* prompt tokens per step beside running decodes */
     char *state_dir;            /* where learned runlist K etc. are kept */

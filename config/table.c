@@ -110,6 +110,19 @@ const struct cfg__entry cfg__table[CFG__N_ENTRIES] = {
                         .help = "context length in tokens; 0 = the model's own"),
     ROW(QUEUE_SIZE) = INT("queue-size", queue_size, 1, 4096, 16, .metavar = "N",
                           .help = "requests that may wait for the engine before 503"),
+    ROW(GRAMMAR_MAX_RULES) = INT("grammar-max-rules", grammar_max_rules, 16, 1 << 24,
+                                 UT_GRAM_MAX_RULES, .metavar = "N",
+                                 .help = "rules one request's grammar may compile to"),
+    ROW(GRAMMAR_MAX_BYTES) = SIZE("grammar-max-bytes", grammar_max_bytes, 4096, 1 << 30,
+                                  UT_GRAM_MAX_BYTES, .metavar = "SIZE",
+                                  .help = "bytes one request's compiled grammar may take"),
+    ROW(GRAMMAR_MAX_STACKS) = INT("grammar-max-stacks", grammar_max_stacks, 16, 1 << 20,
+                                  UT_GRAM_MAX_STACKS, .metavar = "N",
+                                  .help = "grammar stacks alive at one point of the output"),
+    ROW(GRAMMAR_STEP_WORK) = INT("grammar-step-work", grammar_step_work, 1000, 1 << 30,
+                                 UT_GRAM_STEP_WORK, .metavar = "N",
+                                 .help = "work units one token's grammar mask may take "
+                                         "(~7 ns each)"),
     ROW(PARALLEL) = INT("parallel", parallel, 1, 4, UT_PARALLEL_DEFAULT, .metavar = "N",
                         .help = "requests generated at once (cpu: one batch per step; "
                                 "sim/NPU: interleaved token by token); at most the "

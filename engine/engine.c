@@ -14,6 +14,7 @@
 #include "util/fs.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,9 +28,13 @@ struct eng_engine {
     int32_t stop_ids[ENG_GEN_MAX_STOP_IDS];
     int n_stop_ids;
     struct eng_sampling sampling;
+    eng_gram_vocab *gvocab;          /* built by the first grammar to need it */
+    pthread_mutex_t gvocab_mu;
     void (*log)(void *ctx, enum eng_log_level level, const char *msg);
     void *log_ctx;
 };
+
+static const eng_gram_vocab *gram_vocab_of(void *e) { return eng_engine_gram_vocab(e); }
 
 const char *eng_engine_choose_device(const char *want, const char *pack_dir, char *why,
                                      size_t whylen, char *err, size_t errlen)
@@ -155,6 +160,7 @@ int eng_engine_open(const char *dir, const struct eng_engine_opts *o, eng_worker
         return eng__fail(err, errlen, rc, "out of memory");
     e->log = o->log;
     e->log_ctx = o->log_ctx;
+    pthread_mutex_init(&e->gvocab_mu, NULL);
     if ((rc = eng_pack_open(dir, &e->pack, err, errlen)) != 0)
         goto fail;
     const struct eng_pack_info *info = eng_pack_get_info(e->pack);
@@ -197,6 +203,8 @@ int eng_engine_open(const char *dir, const struct eng_engine_opts *o, eng_worker
         .state_dir = o->state_dir,
         .log = o->log,
         .log_ctx = o->log_ctx,
+        .gram_vocab = gram_vocab_of,
+        .gram_vocab_ctx = e,
     };
     if ((rc = eng_worker_new(e->dev, e->pack, e->tok, &wo, emit, emit_ctx, &e->worker, e2,
                              sizeof e2)) != 0) {
@@ -224,6 +232,8 @@ void eng_engine_free(eng_engine *e)
         return;
     eng_engine_stop(e);
     eng_device_free(e->dev);
+    eng_gram_vocab_free(e->gvocab);
+    pthread_mutex_destroy(&e->gvocab_mu);
     eng_tokenizer_free(e->tok);
     eng_pack_free(e->pack);
     free(e);
@@ -231,6 +241,15 @@ void eng_engine_free(eng_engine *e)
 
 const eng_pack *eng_engine_pack(const eng_engine *e) { return e->pack; }
 const eng_tokenizer *eng_engine_tokenizer(const eng_engine *e) { return e->tok; }
+const eng_gram_vocab *eng_engine_gram_vocab(eng_engine *e)
+{
+    pthread_mutex_lock(&e->gvocab_mu);
+    if (!e->gvocab)
+        e->gvocab = eng_gram_vocab_new(e->tok);
+    pthread_mutex_unlock(&e->gvocab_mu);
+    return e->gvocab;
+}
+
 const struct eng_sampling *eng_engine_sampling(const eng_engine *e) { return &e->sampling; }
 int eng_engine_n_ctx(const eng_engine *e) { return e->n_ctx; }
 const char *eng_engine_device_name(const eng_engine *e)

@@ -46,18 +46,13 @@ typedef struct eng_grammar eng_grammar;
  * the daemon's config sets them). A refusal's message names the limit by its
  * config key. */
 struct eng_gram_limits {
-    uint32_t max_rules;   /* rules after compilation (grammar_max_rules) */
-    uint32_t max_bytes;   /* the compiled form's size (grammar_max_bytes) */
-    uint32_t max_stacks;  /* pushdown stacks alive at one point (grammar_max_stacks) */
-    uint32_t step_work;   /* one step's mask, in work units (grammar_step_work) */
+    uint32_t max_rules;   /* rules after compilation (--grammar-max-rules) */
+    uint32_t max_bytes;   /* the compiled form's size (--grammar-max-bytes) */
+    uint32_t max_stacks;  /* pushdown stacks alive at one point (--grammar-max-stacks) */
+    uint32_t step_work;   /* one step's mask, in work units (--grammar-step-work) */
 };
 
-#define ENG_GRAM_MAX_RULES 65536
-#define ENG_GRAM_MAX_BYTES (4u << 20)
-#define ENG_GRAM_MAX_STACKS 4096
-#define ENG_GRAM_STEP_WORK 600000u
-
-/* The defaults above. */
+/* The defaults (UT_GRAM_* in util/defaults.h). */
 void eng_gram_limits_default(struct eng_gram_limits *lim);
 
 /* Compile GBNF text under `lim` (NULL: the defaults). Returns 0 and *out (one

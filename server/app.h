@@ -25,6 +25,7 @@ struct srv_app {
     srv_metrics *metrics;
     struct srv_mailbox *mailbox;     /* worker -> loop thread */
     struct chat *chats;              /* live /v1/chat/completions requests */
+    struct eng_gram_limits gram_limits;   /* --grammar-*, for every request's grammar */
 };
 
 /* Answers 503 (loading, with Retry-After, or no model) and returns true when no

@@ -366,6 +366,17 @@ static void on_prompt_work(uv_work_t *w)
 {
     struct chat *c = w->data;
     c->param[0] = '\0';
+    /* The grammar first: compiling it is bounded (--grammar-*) but can take tens of
+     * milliseconds, which the loop thread must not spend. */
+    struct api_bad_request bad;
+    const eng_gram_vocab *v = api_chat_req_grammar_pending(c->creq)
+                                  ? eng_engine_gram_vocab(c->app->eng) : NULL;
+    if (api_chat_req_grammar(c->creq, v, &bad)) {
+        c->prompt_rc = bad.error == API_ERR_INTERNAL ? -ENOMEM : -EINVAL;
+        snprintf(c->err, sizeof c->err, "%s", bad.message);
+        snprintf(c->param, sizeof c->param, "%s", bad.param);
+        return;
+    }
     if (c->creq->raw) {
         c->prompt_rc = raw_prompt(c);
         return;

@@ -391,6 +391,12 @@ int srv_daemon_run(const struct cfg *cfg, const struct cfg_model_location *model
     if (!d)
         return 1;
     d->app.cfg = cfg;
+    d->app.gram_limits = (struct eng_gram_limits){
+        .max_rules = (uint32_t)cfg->grammar_max_rules,
+        .max_bytes = (uint32_t)cfg->grammar_max_bytes,
+        .max_stacks = (uint32_t)cfg->grammar_max_stacks,
+        .step_work = (uint32_t)cfg->grammar_step_work,
+    };
     d->app.model = model;
     d->app.loop = &d->loop;
     d->app.device = device;

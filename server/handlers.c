@@ -98,6 +98,8 @@ struct api_chat_limits srv_app_chat_limits(const struct srv_app *app, bool templ
         .n_vocab = eng_pack_get_info(eng_engine_pack(app->eng))->hp.n_vocab,
         .defaults = eng_engine_sampling(app->eng),
         .template_only = template_only,
+        .grammar = &app->gram_limits,
+        .defer_grammar = !template_only,   /* the chat's pool job compiles it */
         .thinking = app->cfg->thinking == CFG_THINKING_ON    ? ENG_THINKING_ON
                     : app->cfg->thinking == CFG_THINKING_OFF ? ENG_THINKING_OFF
                                                              : ENG_THINKING_UNSET,

@@ -14,6 +14,14 @@
  * beside it wait one such chunk per token, not the whole prefill. */
 #define UT_STEP_PREFILL_DEFAULT 128
 
+/* What one request's grammar may cost (engine/grammar.h, --grammar-*): rules and
+ * bytes of its compiled form (memory), pushdown stacks alive at one point, and
+ * work units of one step's mask (~7 ns each on a Zen 4 core, so ~4 ms). */
+#define UT_GRAM_MAX_RULES 65536
+#define UT_GRAM_MAX_BYTES (4 << 20)
+#define UT_GRAM_MAX_STACKS 4096
+#define UT_GRAM_STEP_WORK 600000
+
 /* Choices one chat completion may ask for (`n`; OpenAI allows 128): each is a
  * sequence of the worker, sharing the prompt's KV. */
 #define UT_MAX_CHOICES 8

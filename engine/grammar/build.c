@@ -11,6 +11,7 @@
  * and the byte classes computed. Every pass is iterative and near-linear. */
 #include "engine/grammar/gram-impl.h"
 #include "util/buf.h"
+#include "util/defaults.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -20,8 +21,8 @@
 
 void eng_gram_limits_default(struct eng_gram_limits *lim)
 {
-    *lim = (struct eng_gram_limits){ENG_GRAM_MAX_RULES, ENG_GRAM_MAX_BYTES, ENG_GRAM_MAX_STACKS,
-                                    ENG_GRAM_STEP_WORK};
+    *lim = (struct eng_gram_limits){UT_GRAM_MAX_RULES, UT_GRAM_MAX_BYTES, UT_GRAM_MAX_STACKS,
+                                    UT_GRAM_STEP_WORK};
 }
 
 int gr_fail(struct gr_draft *d, int rc, const char *fmt, ...)
@@ -46,7 +47,7 @@ static size_t draft_bytes(const struct gr_draft *d)
 
 static int over_bytes(struct gr_draft *d)
 {
-    return gr_fail(d, -E2BIG, "grammar: over the limit of %u bytes compiled (grammar_max_bytes)",
+    return gr_fail(d, -E2BIG, "grammar: over the limit of %u bytes compiled (--grammar-max-bytes)",
                    d->lim->max_bytes);
 }
 
@@ -55,7 +56,7 @@ int gr_new_rule(struct gr_draft *d, const char *name, size_t len)
     if (d->rc)
         return d->rc;
     if (d->n_rules >= d->lim->max_rules)
-        return gr_fail(d, -E2BIG, "grammar: over the limit of %u rules (grammar_max_rules)",
+        return gr_fail(d, -E2BIG, "grammar: over the limit of %u rules (--grammar-max-rules)",
                        d->lim->max_rules);
     if (draft_bytes(d) + sizeof(uint32_t) > d->lim->max_bytes)
         return over_bytes(d);

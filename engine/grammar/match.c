@@ -151,7 +151,7 @@ static bool spend(eng_gram_matcher *m, uint64_t units)
     m->work += units;
     if (m->work > m->g->lim.step_work)
         step_fail(m, -E2BIG,
-                  "grammar: one step needs more than %u units of work (grammar_step_work)",
+                  "grammar: one step needs more than %u units of work (--grammar-step-work)",
                   m->g->lim.step_work);
     return !m->fail;
 }
@@ -205,7 +205,7 @@ static uint32_t intern(eng_gram_matcher *m, uint32_t pos, uint32_t parent, uint3
     }
     if (m->n_nodes >= 2 * NODE_CAP) { /* one step alone: bounded by its work too */
         step_fail(m, -E2BIG,
-                  "grammar: one step needs more than %u stack nodes (grammar_step_work)",
+                  "grammar: one step needs more than %u stack nodes (--grammar-step-work)",
                   2 * NODE_CAP);
         return 0;
     }
@@ -265,7 +265,7 @@ static void push(eng_gram_matcher *m, uint32_t id, size_t *n)
 static void sset_add(eng_gram_matcher *m, struct sset *s, uint32_t id)
 {
     if (s->n >= (int)m->g->lim.max_stacks) {
-        step_fail(m, -E2BIG, "grammar: more than %u stacks at one point (grammar_max_stacks)",
+        step_fail(m, -E2BIG, "grammar: more than %u stacks at one point (--grammar-max-stacks)",
                   m->g->lim.max_stacks);
         return;
     }

@@ -192,7 +192,8 @@ static bool is_stop_id(const eng_gen_req *r, int32_t id)
 }
 
 /* Advance the grammar by the sampled token; before "</think>" just watch for it.
- * Returns 0 or -EINVAL (the token left the grammar: cannot happen after the mask). */
+ * Returns 0, -EINVAL (the token left the grammar: cannot happen after the mask),
+ * or the matcher's -E2BIG (a limit; eng_gram_matcher_why) or -ENOMEM. */
 static int grammar_step(struct gen *g, int32_t id)
 {
     if (g->gm_on)
@@ -218,14 +219,29 @@ bool eng__gen_sample(struct gen *g)
     float *logits = g->slot->logits;
     if (r->logprobs)
         memcpy(w->raw_logits, logits, (size_t)w->n_vocab * sizeof *logits);
-    if (g->gm_on && eng_gram_matcher_apply(g->gm, logits, w->n_vocab) <= 0) {
-        emit_error(g, -ENOMEM, true, false, "grammar: no token can continue the output");
+    int allowed = g->gm_on ? eng_gram_matcher_apply(g->gm, logits, w->n_vocab) : 1;
+    if (allowed <= 0) { /* the request's grammar, not the server, ends it: a 400 */
+        if (allowed == -ENOMEM)
+            emit_error(g, -ENOMEM, true, false, "out of memory");
+        else if (allowed == -E2BIG)
+            emit_error(g, -EINVAL, false, false, "%s, after %d tokens",
+                       eng_gram_matcher_why(g->gm), g->n_gen);
+        else
+            emit_error(g, -EINVAL, false, false,
+                       "grammar: no token of the vocabulary can continue the output after "
+                       "%d tokens (the grammar asks for text the tokenizer cannot spell)",
+                       g->n_gen);
         return true;
     }
     int32_t id = eng_sampler_sample(g->sampler, logits);
-    if (g->gm && grammar_step(g, id)) {
-        emit_error(g, -EINVAL, false, false, "grammar: token %d does not continue the output",
-                   id);
+    int grc = g->gm ? grammar_step(g, id) : 0;
+    if (grc) {
+        if (grc == -E2BIG)
+            emit_error(g, -EINVAL, false, false, "%s, after %d tokens",
+                       eng_gram_matcher_why(g->gm), g->n_gen);
+        else
+            emit_error(g, grc == -ENOMEM ? -ENOMEM : -EINVAL, false, false,
+                       "grammar: token %d does not continue the output", id);
         return true;
     }
     eng_sampler_accept(g->sampler, id);
@@ -377,14 +393,19 @@ struct gen *eng__gen_start(struct eng_worker *w, eng_gen_req *r)
     }
     eng_detok_keep_markup(g->detok);  /* the output parser reads <function ...</function> */
     if (r->grammar) {
-        if (!w->gvocab && !(w->gvocab = eng_gram_vocab_new(w->tok))) {
+        if (!w->gvocab)
+            w->gvocab = w->gvocab_fn ? w->gvocab_fn(w->gvocab_ctx)
+                                     : (w->gvocab_own = eng_gram_vocab_new(w->tok));
+        if (!w->gvocab) {
             emit_error(g, -ENOMEM, true, false, "out of memory");
             goto ended;
         }
         rc = eng_gram_matcher_new(r->grammar, w->gvocab, r->stop_ids, r->n_stop_ids, &g->gm);
         if (rc) {
-            emit_error(g, rc, false, false, "grammar: %s",
-                       rc == -ENOMEM ? "out of memory" : "it cannot start");
+            char why[200] = "grammar: out of memory";
+            if (rc == -E2BIG)
+                eng_gram_check_start(r->grammar, w->gvocab, why, sizeof why);
+            emit_error(g, rc == -E2BIG ? -EINVAL : rc, false, false, "%s", why);
             goto ended;
         }
         g->gm_on = !r->grammar_after_think;

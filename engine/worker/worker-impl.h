@@ -135,7 +135,10 @@ struct eng_worker {
     struct eng_device_error broken_by; /* with device_broken: the failure that left the
                                           device down, reported while it stays down */
     float *raw_logits;            /* (n_vocab) scratch for logprobs */
-    eng_gram_vocab *gvocab;       /* the vocabulary trie, built for the first grammar */
+    const eng_gram_vocab *gvocab; /* the vocabulary trie, once the first grammar came */
+    eng_gram_vocab *gvocab_own;   /* gvocab when the worker made it */
+    const eng_gram_vocab *(*gvocab_fn)(void *ctx);   /* eng_worker_opts.gram_vocab */
+    void *gvocab_ctx;
     eng_gen_req **swept;          /* (queue_size) scratch for eng__worker_sweep */
 
     struct worker_metrics m;

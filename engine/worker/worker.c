@@ -261,7 +261,7 @@ static void worker_destroy(struct eng_worker *w)
         free(w->slots[i].logits);
     }
     free(w->raw_logits);
-    eng_gram_vocab_free(w->gvocab);
+    eng_gram_vocab_free(w->gvocab_own);
     free(w->ring);
     free(w->swept);
     free(w->model_id);
@@ -309,6 +309,8 @@ int eng_worker_new(struct eng_device *dev, const eng_pack *pack, const eng_token
     w->dev = dev;
     w->pack = pack;
     w->tok = tok;
+    w->gvocab_fn = o->gram_vocab;
+    w->gvocab_ctx = o->gram_vocab_ctx;
     w->emit = emit;
     w->emit_ctx = emit_ctx;
     w->log = o->log;

@@ -66,6 +66,11 @@ struct eng_worker_opts {
     int max_retries;            /* AUTO: replays per request; < 0: the policy's default */
     const char *state_dir;      /* where the remembered K lives; NULL: not remembered */
     const char *model_id;       /* key of the remembered K; NULL: the pack's directory */
+    /* (optional) the vocabulary trie of the grammar matcher, shared with its
+     * owner: gram_vocab(gram_vocab_ctx) gives it (made from `tok`, freed after the
+     * worker; any thread). NULL: the worker makes its own for the first grammar. */
+    const eng_gram_vocab *(*gram_vocab)(void *ctx);
+    void *gram_vocab_ctx;
     /* (optional) one line per event worth logging (K changes, device faults, the
      * remembered K); called on the worker thread, and on the caller's in new. */
     void (*log)(void *ctx, enum eng_log_level level, const char *msg);
