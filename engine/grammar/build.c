@@ -14,6 +14,7 @@
 #include "util/defaults.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -454,9 +455,12 @@ void eng_grammar_free(eng_grammar *g)
 {
     if (!g || atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) > 1)
         return;
+    bool large = g->bytes > (1u << 20);
     free(g->el);
     free(g->rule_start);
     free(g->sets);
     free(g->reps);
     free(g);
+    if (large) /* the heap a large grammar took goes back to the system */
+        malloc_trim(0);
 }

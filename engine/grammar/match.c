@@ -33,6 +33,7 @@
 #include "util/buf.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,9 +41,13 @@
 
 #define MAX_DEPTH 2048          /* stack depth */
 #define MASK_CACHE 64           /* cached masks per matcher (16 KB each for MiniCPM5) */
-#define NODE_CAP (1u << 19)     /* nodes kept across steps (16 B each) */
-#define MEMO_SETS 8192          /* interned sets with successor tables, before a clear */
-#define MEMO_IDS (1u << 20)     /* their ids, in all */
+/* Memory: a matcher stays under ~20 MB whatever its grammar (the nodes of one
+ * step at most 2 * NODE_CAP, 28 B each with stamp and hash slots; the memo's
+ * tables MEMO_SETS * 256 classes * 4 B at most; its ids MEMO_IDS * 4 B). */
+#define NODE_CAP (1u << 17)     /* nodes kept across steps */
+#define MEMO_SETS 4096          /* interned sets with successor tables, before a clear */
+#define MEMO_IDS (1u << 19)     /* their ids, in all */
+#define TRIM_BYTES (1u << 20)   /* freeing this much gives the heap back to the system */
 
 /* Work units, weighted to take about the same time each (measured with
  * minicpmd-grambench on a Zen 4 core: a trie node visited ~7 ns, a node expanded
@@ -554,6 +559,7 @@ void eng_gram_matcher_free(eng_gram_matcher *m)
 {
     if (!m)
         return;
+    bool large = m->cap_nodes * sizeof *m->nodes > TRIM_BYTES;
     free(m->cur.id);
     free(m->tmp.id);
     free(m->tmp2.id);
@@ -570,6 +576,8 @@ void eng_gram_matcher_free(eng_gram_matcher *m)
     free(m->stop_ids);
     eng_grammar_free(m->g);
     free(m);
+    if (large) /* a hostile request's peak is not kept by the allocator */
+        malloc_trim(0);
 }
 
 static void set_bit(uint32_t *mask, int32_t id) { mask[id >> 5] |= 1u << (id & 31); }
