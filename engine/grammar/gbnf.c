@@ -31,22 +31,13 @@ struct parser {
     size_t set_tab_cap;
 };
 
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    return x ^ (x >> 33);
-}
-
 static uint64_t hash_bytes(const void *p, size_t n)
 {
     const unsigned char *s = p;
     uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
     for (size_t i = 0; i < n; i++)
         h = (h ^ s[i]) * 0x100000001B3ull;
-    return mix64(h);
+    return gr_mix(h);
 }
 
 /* A refusal of the text, with its line. */

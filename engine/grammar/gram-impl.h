@@ -57,6 +57,16 @@ struct eng_grammar {
     struct eng_gram_limits lim;
 };
 
+/* MurmurHash3's 64-bit finaliser: the hash tables' mixer. */
+static inline uint64_t gr_mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+}
+
 static inline bool gr_set_has(const struct gr_set *s, unsigned b)
 {
     return (s->bits[b >> 5] >> (b & 31)) & 1u;

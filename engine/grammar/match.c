@@ -129,15 +129,6 @@ struct eng_gram_matcher {
     uint64_t tick, n_computed, n_cached;
 };
 
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    return x ^ (x >> 33);
-}
-
 static void step_fail(eng_gram_matcher *m, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void step_fail(eng_gram_matcher *m, int rc, const char *fmt, ...)
@@ -167,7 +158,7 @@ static void oom(eng_gram_matcher *m) { step_fail(m, -ENOMEM, "grammar: out of me
 
 static uint64_t node_hash(uint32_t pos, uint32_t parent, uint32_t count)
 {
-    return mix(((uint64_t)pos << 32 | parent) ^ mix(count));
+    return gr_mix(((uint64_t)pos << 32 | parent) ^ gr_mix(count));
 }
 
 static int table_grow(eng_gram_matcher *m)
@@ -586,7 +577,7 @@ static uint64_t set_hash(const struct sset *s)
 {
     uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)s->n;
     for (int i = 0; i < s->n; i++)
-        h = mix(h ^ s->id[i]);
+        h = gr_mix(h ^ s->id[i]);
     return h;
 }
 
