@@ -7,7 +7,7 @@
  * names the file and the field, because the user's next step is to fix that file.
  */
 #include "engine/err.h"
-#include "engine/engine.h"
+#include "engine/types.h"
 #include "util/fs.h"
 
 #include <errno.h>

@@ -62,9 +62,7 @@ static void say(const eng_model *m, enum eng_log_level lv, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (m->opts.log)
-        m->opts.log(m->opts.warn_ctx, lv, msg);
-    else if (lv <= ENG_LOG_WARN && m->opts.warn)
-        m->opts.warn(m->opts.warn_ctx, msg);
+        m->opts.log(m->opts.log_ctx, lv, msg);
 }
 
 /* "Key:   123 kB" of /proc/meminfo, in bytes; -1 when absent. */
