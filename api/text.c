@@ -1,5 +1,6 @@
 #include "api/text.h"
 #include "util/buf.h"
+#include "util/utf8.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -13,15 +14,7 @@
  * truncated in the middle of one, and jansson refuses invalid UTF-8. */
 static void utf8_trim_tail(char *s)
 {
-    size_t n = strlen(s), i = n;
-    while (i > 0 && ((unsigned char)s[i - 1] & 0xC0) == 0x80)
-        i--;
-    if (i == 0)
-        return;
-    unsigned char lead = (unsigned char)s[i - 1];
-    size_t need = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
-    if (n - (i - 1) < need)
-        s[i - 1] = '\0';
+    s[ut_utf8_whole_len(s)] = '\0';
 }
 
 int api_vrefuse(struct api_bad_request *bad, enum api_error e, const char *param,
