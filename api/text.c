@@ -28,7 +28,7 @@ int api_vrefuse(struct api_bad_request *bad, enum api_error e, const char *param
     for (char *c = bad->message; *c; c++) /* one line, even when it quotes input */
         if ((unsigned char)*c < ' ')
             *c = ' ';
-    return -EINVAL;
+    return e == API_ERR_INTERNAL ? -ENOMEM : -EINVAL;
 }
 
 int api_refuse(struct api_bad_request *bad, enum api_error e, const char *param,

@@ -49,7 +49,8 @@ struct eng_chat_params {
  * (no messages, a first system message whose content is not a string, a tool
  * message without content, arguments that are neither an object nor empty). Unknown
  * roles, non-object messages, non-array tool_calls or tools, and strings holding
- * NUL are refused too. */
+ * NUL are refused too. Returns the prompt (caller frees), or NULL with errno set:
+ * ENOMEM (out of memory) or EINVAL (the request is refused), the reason in `err`. */
 char *eng_chat_render(const struct eng_chat_params *p, char *err, size_t errlen, char *param,
                       size_t paramlen);
 
