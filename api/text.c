@@ -97,7 +97,7 @@ json_t *api_parse_object(const char *body, size_t len, struct api_bad_request *b
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &e);
     if (!root && json_error_code(&e) == json_error_null_character) {
         /* "\u0000" in any string is refused here, once for every field: a prompt
-         * cannot carry it, and a stop string holding it (issue 14) is refused
+         * cannot carry it, and a stop string holding it is refused
          * rather than cut at it. */
         api_refuse(bad, API_ERR_INVALID_JSON, NULL, "request body: a string holds \\u0000 (a NUL "
                                                 "character), which minicpmd does not accept in "

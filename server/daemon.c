@@ -28,7 +28,7 @@
 #define DRAIN_POLL_MS 50
 /* SIGTERM ends the process within --shutdown-timeout + this, even when something
  * the shutdown waits for (the loader thread, the worker inside a device call) does
- * not return: the stop watch then exits 1 (issue 14, item 5). */
+ * not return: the stop watch then exits 1, so a supervisor can restart it. */
 #define STOP_SLACK_S 5
 #define LOAD_GATE_POLL_NS (10 * 1000 * 1000)
 

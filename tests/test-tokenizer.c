@@ -622,7 +622,7 @@ MCD_TEST(tokenizer, concurrent_encode)
     eng_tokenizer_free(t);
 }
 
-/* ---- the tokenizer against the model (issue 14, item 9) ---------------------- */
+/* ---- the tokenizer against the model ---------------------- */
 
 static eng_tokenizer *load_text(const char *json)
 {

@@ -3,7 +3,7 @@
  * Every file the daemon reads at startup or on a request (config files, the api key
  * file, a pack's files, runlist-k.json) is opened with ut_open_regular(): a FIFO or
  * a device where a regular file is expected must give one clear line, never a read
- * that blocks startup or shutdown forever (issue 14, item 5). */
+ * that blocks startup or shutdown forever. */
 #ifndef MINICPMD_UTIL_FS_H
 #define MINICPMD_UTIL_FS_H
 

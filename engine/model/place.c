@@ -4,7 +4,7 @@
  * that is 4 KB pages (ext4 gives a file mapping no huge pages, madvise or not),
  * and on a VM each TLB miss walks two page tables: a 2-thread read of the 2b
  * pack measured 16-43 GB/s through the mapping against 55-70 GB/s from the same
- * bytes in 2 MB-page anonymous memory (issue 15). So at load everything but the
+ * bytes in 2 MB-page anonymous memory. So at load everything but the
  * embedding (read one row per token; it stays mapped) is copied once, in parallel
  * on the model's compute pool, into 2 MB-aligned anonymous memory: hugetlbfs pages
  * when the admin reserved enough (MAP_HUGETLB), else transparent huge pages

@@ -112,7 +112,7 @@ int eng_plan_prefill_chunk(int n_prompt, int chunk_tokens, int index,
  *           K is already 1, or when the retries are used up. A smaller K stays for
  *           the next requests even when this one gave up (it continues the search;
  *           it costs one more submission per runlist, not correctness).
- *           K recovers (issue 14, item 12): after probe_tokens tokens run without a
+ *           K recovers: after probe_tokens tokens run without a
  *           fault at a K below the device's default, the next request runs at
  *           min(2K, default) — a probe. A probe that completes resets the interval;
  *           one that hangs halves K back (the usual replay) and doubles the interval
