@@ -2,7 +2,7 @@
  * text_completion framing (api_completion_format_new). See api/completions.h. */
 #include "api/completions.h"
 
-#include "api/chat-req-impl.h"
+#include "api/json-util.h"
 #include "api/chat-resp.h"
 
 #include <errno.h>
