@@ -4,7 +4,7 @@
  *
  * Input is the OpenAI request's own JSON (messages, tools), already validated for
  * shape by api/; what the template would reject (e.g. no user message) is
- * decided here and documented in the README.
+ * decided here and documented in docs/usage.md.
  */
 #ifndef MINICPMD_ENGINE_CHAT_H
 #define MINICPMD_ENGINE_CHAT_H
@@ -40,8 +40,8 @@ struct eng_chat_params {
  * `param`, e.g. "messages[2].tool_calls[0].function.arguments"; "" otherwise).
  * `param` may be NULL. Reads the JSON only, so any thread may call it.
  *
- * Before the template sees them, OpenAI's shapes are mapped (README, "Chat
- * template"): role "developer" is "system"; content given as an array of
+ * Before the template sees them, OpenAI's shapes are mapped (docs/usage.md,
+ * its text section): role "developer" is "system"; content given as an array of
  * {"type":"text"} parts is their texts concatenated with nothing between (other
  * part types are refused); a tool call's `arguments` JSON string is parsed (empty
  * means none; invalid JSON is refused). Then every byte is what Jinja2 renders from

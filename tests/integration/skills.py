@@ -9,7 +9,7 @@ The instances come from tools/train/corpus.py with held=True: prompts, word
 strings, cities and names whose checksum puts them outside the training corpus
 (`corpus.heldout`), so the score measures generalisation, not recall. Without
 --seed a fresh seed is drawn and printed. Used by test_demo.py (fixed seeds)
-and for the README's figures (fresh seeds, --n 200)."""
+and for the figures in docs/usage.md (fresh seeds, --n 200)."""
 import argparse
 import json
 import os

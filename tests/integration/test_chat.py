@@ -476,7 +476,7 @@ def assert_health_ok(d, when, device_down=False):
 
 
 def assert_device_down_500(r, code, when):
-    """The README's "could not be reset" answer: 500, an OpenAI error object of type
+    """The "could not be reset" answer of docs/usage.md: 500, an OpenAI error object of type
     device_error with the ERT state's code, and no Retry-After (unlike the 503)."""
     eq(r.status, 500, "status " + when)
     check(r.header("retry-after") is None, "a 500 device error has no Retry-After (%s): %r",

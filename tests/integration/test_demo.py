@@ -7,7 +7,7 @@ cache on or off, the sim device replaying after its runlists time out — and
 nearly the same in f32 and from the BF16 checkpoint itself.
 
 The instances are fixed (seeds below), so a run is deterministic; skills.py with
-a fresh seed is how the README's figures were taken. Skips (exit 77) when the npm
+a fresh seed is how the figures in docs/usage.md were taken. Skips (exit 77) when the npm
 oracles are not installed (tools/deps.sh test)."""
 
 import math
@@ -75,8 +75,9 @@ def report(insts, got, what):
 def meets_targets(sc, what):
     """The skills' bars (skills.TARGETS), with one more miss allowed than the
     bar's own: the instances are fixed, so this is deterministic on a host, and
-    the slack keeps one answer that another ISA's rounding tips from failing it. The README's
-    figures are the full measurement (skills.py, fresh seeds, 200 per skill)."""
+    the slack keeps one answer that another ISA's rounding tips from failing it.
+    The figures in docs/usage.md are the full measurement (skills.py, fresh seeds,
+    200 per skill)."""
     for k, (ok, n) in sc.items():
         allowed = math.ceil((1 - skills.TARGETS[k]) * n - 1e-9) + 1
         check(n - ok <= allowed, "%s: %s %d/%d: more than %d wrong (bar %.0f %%)", what, k, ok,
