@@ -14,7 +14,7 @@
  *  - grammar: GBNF text (llama.cpp's server field), exclusive with response_format.
  * Other surfaces (/v1/responses' text.format, Ollama's format) set the same
  * response_format object and get the same grammar. */
-#include "api/chat-req-impl.h"
+#include "api/json-util.h"
 
 #include <errno.h>
 #include <stdlib.h>

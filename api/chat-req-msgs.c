@@ -5,7 +5,7 @@
  * image or audio part is refused by name), an assistant's tool_calls with their
  * arguments a JSON object, a tool message's tool_call_id. Called first by
  * api_chat_req_parse() (chat-req.c), which owns the order of the checks. */
-#include "api/chat-req-impl.h"
+#include "api/json-util.h"
 
 #include <errno.h>
 #include <string.h>

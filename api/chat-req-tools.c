@@ -5,7 +5,7 @@
  * to what that parser accepts and must be unique. tool_choice is read against the
  * validated tools: api_chat_req_parse() (chat-req.c) calls the two in that order
  * and narrows the tools the template shows for a named function. */
-#include "api/chat-req-impl.h"
+#include "api/json-util.h"
 
 #include <errno.h>
 

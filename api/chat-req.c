@@ -11,9 +11,9 @@
  *
  * The messages array is checked in chat-req-msgs.c, tools and tool_choice in
  * chat-req-tools.c; this file keeps refusing and reading one field (shared with
- * them through chat-req-impl.h), the sampling knobs, lengths, stop, logit_bias,
+ * them through json-util.h), the sampling knobs, lengths, stop, logit_bias,
  * logprobs and stream, and api_chat_req_parse(), which decides the order. */
-#include "api/chat-req-impl.h"
+#include "api/json-util.h"
 #include "util/clock.h"
 
 #include <errno.h>

@@ -3,6 +3,8 @@
  * text(), so a body is always valid JSON and valid UTF-8 whatever the model
  * produced. */
 #include "api/chat-resp.h"
+#include "util/buf.h"
+#include "util/utf8.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -94,29 +96,10 @@ const char *api_finish_reason_name(enum api_finish_reason f)
 
 /* ---- JSON values ----------------------------------------------------------- */
 
-/* Length of the valid UTF-8 sequence at s[0..n), or 0 when it is not one
- * (overlong forms, surrogates and code points above U+10FFFF are invalid). */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-    unsigned char c = s[0];
-    if (c < 0x80)
-        return 1;
-    size_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
-                                          : c >= 0xF0 && c <= 0xF4 ? 4
-                                                                   : 0;
-    if (len == 0 || len > n)
-        return 0;
-    for (size_t i = 1; i < len; i++)
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-    if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F) || (c == 0xF0 && s[1] < 0x90) ||
-        (c == 0xF4 && s[1] > 0x8F))
-        return 0;
-    return len;
-}
-
-/* A JSON string of n bytes: as they are when valid UTF-8, else with each invalid
- * byte as U+FFFD. NUL bytes are kept (jansson escapes them as \u0000). */
+/* A JSON string of n bytes: as they are when valid UTF-8, else repaired by
+ * util/utf8.h's policy (one U+FFFD per maximal invalid subpart), the same as the
+ * streamed text, so a logprob's token reads as the content does. NUL bytes are
+ * kept (jansson escapes them as \u0000). */
 static json_t *text_n(const char *s, size_t n)
 {
     if (!s)
@@ -124,22 +107,10 @@ static json_t *text_n(const char *s, size_t n)
     json_t *j = json_stringn(s, n);
     if (j)
         return j;
-    char *buf = malloc(n * 3 + 1);
-    if (!buf)
-        return NULL;
-    size_t o = 0;
-    for (size_t i = 0; i < n;) {
-        size_t k = utf8_seq((const unsigned char *)s + i, n - i);
-        if (k) {
-            memcpy(buf + o, s + i, k);
-            o += k, i += k;
-        } else {
-            memcpy(buf + o, "\xEF\xBF\xBD", 3);
-            o += 3, i++;
-        }
-    }
-    j = json_stringn(buf, o);
-    free(buf);
+    ut_buf b = {0};
+    if (ut_utf8_repair(&b, s, n, false, NULL) == 0)
+        j = json_stringn(b.p, b.n);
+    ut_buf_free(&b);
     return j;
 }
 

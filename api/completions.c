@@ -2,7 +2,7 @@
  * text_completion framing (api_completion_format_new). See api/completions.h. */
 #include "api/completions.h"
 
-#include "api/chat-req-impl.h"
+#include "api/json-util.h"
 #include "api/chat-resp.h"
 
 #include <errno.h>
@@ -20,7 +20,7 @@ static int parse_ids(const json_t *arr, const char *param, int32_t n_vocab,
         return api__refuse(bad, param, "Invalid '%s': the prompt is empty.", param);
     c->ids = malloc(n * sizeof *c->ids);
     if (!c->ids)
-        return api__refuse(bad, param, "out of memory");
+        return api_refuse(bad, API_ERR_INTERNAL, NULL, "out of memory while reading the request");
     size_t i;
     const json_t *v;
     json_array_foreach(arr, i, v) {
@@ -142,10 +142,9 @@ int api_completion_parse(const json_t *body, const struct api_chat_limits *lim,
     if (!json_is_object(body))
         return api__refuse(bad, NULL, "The request body must be a JSON object.");
     struct api_completion *c = calloc(1, sizeof *c);
-    if (!c || !(c->req = api__req_new(body, lim, bad))) {
+    if (!c || !(c->req = api__req_new(body, lim, bad))) {  /* api__req_new fails only so */
         free(c);
-        api_refuse(bad, API_ERR_INTERNAL, NULL, "out of memory while reading the request");
-        return -EINVAL;
+        return api_refuse(bad, API_ERR_INTERNAL, NULL, "out of memory while reading the request");
     }
     c->req->raw = true;
     if (check_request(body, lim, c, bad) != 0) {

@@ -2,7 +2,7 @@
  * frames them. See api/ollama.h. */
 #include "api/ollama.h"
 
-#include "api/chat-req-impl.h"
+#include "api/json-util.h"
 #include "api/chat-resp.h"
 
 #include <errno.h>

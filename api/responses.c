@@ -2,7 +2,7 @@
  * framed as the Response object and its stream events. See api/responses.h. */
 #include "api/responses.h"
 
-#include "api/chat-req-impl.h"
+#include "api/json-util.h"
 #include "api/chat-resp.h"
 #include "util/buf.h"
 

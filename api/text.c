@@ -1,5 +1,6 @@
 #include "api/text.h"
 #include "util/buf.h"
+#include "util/utf8.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -13,15 +14,7 @@
  * truncated in the middle of one, and jansson refuses invalid UTF-8. */
 static void utf8_trim_tail(char *s)
 {
-    size_t n = strlen(s), i = n;
-    while (i > 0 && ((unsigned char)s[i - 1] & 0xC0) == 0x80)
-        i--;
-    if (i == 0)
-        return;
-    unsigned char lead = (unsigned char)s[i - 1];
-    size_t need = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
-    if (n - (i - 1) < need)
-        s[i - 1] = '\0';
+    s[ut_utf8_whole_len(s)] = '\0';
 }
 
 int api_vrefuse(struct api_bad_request *bad, enum api_error e, const char *param,
@@ -35,7 +28,7 @@ int api_vrefuse(struct api_bad_request *bad, enum api_error e, const char *param
     for (char *c = bad->message; *c; c++) /* one line, even when it quotes input */
         if ((unsigned char)*c < ' ')
             *c = ' ';
-    return -EINVAL;
+    return e == API_ERR_INTERNAL ? -ENOMEM : -EINVAL;
 }
 
 int api_refuse(struct api_bad_request *bad, enum api_error e, const char *param,
@@ -104,7 +97,7 @@ json_t *api_parse_object(const char *body, size_t len, struct api_bad_request *b
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &e);
     if (!root && json_error_code(&e) == json_error_null_character) {
         /* "\u0000" in any string is refused here, once for every field: a prompt
-         * cannot carry it, and a stop string holding it (issue 14) is refused
+         * cannot carry it, and a stop string holding it is refused
          * rather than cut at it. */
         api_refuse(bad, API_ERR_INVALID_JSON, NULL, "request body: a string holds \\u0000 (a NUL "
                                                 "character), which minicpmd does not accept in "

@@ -21,7 +21,9 @@ struct api_bad_request {
 
 /* Fill `bad`: error `e`, the field's JSON path `param` (NULL: none) and a message
  * from `fmt`, cut to whole UTF-8 characters on one line (it may quote input).
- * Returns -EINVAL, so a check can end in `return api_refuse(...)`. */
+ * Returns -ENOMEM for API_ERR_INTERNAL (the only internal error a parser meets is
+ * running out of memory), else -EINVAL, so a check can end in
+ * `return api_refuse(...)`. */
 int api_refuse(struct api_bad_request *bad, enum api_error e, const char *param,
                const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 int api_vrefuse(struct api_bad_request *bad, enum api_error e, const char *param,

@@ -54,11 +54,11 @@ static int list_add(struct cfg *cfg, const struct cfg__entry *e, const char *ite
     size_t *np = (size_t *)((char *)cfg + e->off_n);
     char **l = realloc(*lp, (*np + 2) * sizeof *l);
     if (!l)
-        return -1;
+        return -ENOMEM;
     *lp = l;
     if (item) {
         if (!(l[*np] = strndup(item, len)))
-            return -1;
+            return -ENOMEM;
         (*np)++;
     }
     l[*np] = NULL;
@@ -89,7 +89,7 @@ static int fail(struct loader *ld, const char *fmt, ...)
         vsnprintf(ld->err, ld->errlen, fmt, ap);
         va_end(ap);
     }
-    return -1;
+    return -EINVAL;
 }
 
 __attribute__((format(printf, 2, 3)))
@@ -103,7 +103,8 @@ static void warnf(struct loader *ld, const char *fmt, ...)
 
 static int oom(struct loader *ld)
 {
-    return fail(ld, "out of memory while reading the configuration");
+    fail(ld, "out of memory while reading the configuration");
+    return -ENOMEM;
 }
 
 static int set_int(struct loader *ld, const struct cfg__entry *e, long long v, const char *shown,
@@ -202,23 +203,23 @@ static int set_text(struct loader *ld, const struct cfg__entry *e, const char *v
             }
         }
         int rc = cfg__parse_ll(v, &x);
-        if (rc == -1 && e->keywords)
+        if (rc == -EINVAL && e->keywords)
             return fail(ld, "%s: '%s' is not one of %s", origin, sb,
                         cfg__accepted(e, acc, sizeof acc));
-        if (rc == -1)
+        if (rc == -EINVAL)
             return fail(ld, "%s: '%s' is not an integer (%s)", origin, sb,
                         cfg__accepted(e, acc, sizeof acc));
-        if (rc == -2)
+        if (rc == -ERANGE)
             x = e->max + 1;     /* report as out of range */
         return set_int(ld, e, x, sb, origin);
     }
     case CFG__SIZE: {
         unsigned long long x;
         int rc = cfg__parse_size(v, &x);
-        if (rc == -1)
+        if (rc == -EINVAL)
             return fail(ld, "%s: '%s' is not a size (%s bytes; suffixes K, M, G)", origin, sb,
                         cfg__accepted(e, acc, sizeof acc));
-        if (rc == -2 || x > (unsigned long long)LLONG_MAX)
+        if (rc == -ERANGE || x > (unsigned long long)LLONG_MAX)
             x = (unsigned long long)e->max + 1;
         return set_int(ld, e, (long long)x, sb, origin);
     }
@@ -409,7 +410,7 @@ static int apply_file(struct loader *ld, const char *path, bool must_exist)
     const char *key;
     json_t *root = NULL, *val;
     FILE *f = NULL;
-    int rc = -1;
+    int rc = -EINVAL;
 
     const char *why;
     int frc;
@@ -445,8 +446,9 @@ static int apply_file(struct loader *ld, const char *path, bool must_exist)
             goto out;
         }
         snprintf(origin, sizeof origin, "config file %s: key '%s'", path, kb);
-        if (set_json(ld, e, val, origin) < 0)
+        if ((rc = set_json(ld, e, val, origin)) < 0)
             goto out;
+        rc = -EINVAL;
         ld->seen[e - cfg__table] = true;
     }
     snprintf(origin, sizeof origin, "config file %s: ", path);
@@ -466,8 +468,9 @@ static int apply_env(struct loader *ld)
         const char *v = cfg__env_get(ld->envp, env_name(e, name, sizeof name));
         if (!v)
             continue;
-        if (set_text(ld, e, v, name) < 0)
-            return -1;
+        int rc = set_text(ld, e, v, name);
+        if (rc < 0)
+            return rc;
         ld->seen[e - cfg__table] = true;
     }
     for (size_t i = 0; ld->envp && ld->envp[i]; i++) {
@@ -603,8 +606,9 @@ static int apply_argv(struct loader *ld, int argc, char *const argv[])
         if (a.kind != ARG_FLAG || a.e == &cfg__table[CFG__E_CONFIG])
             continue;           /* prescan() dealt with these */
         snprintf(origin, sizeof origin, "--%s", a.e->name);
-        if (set_text(ld, a.e, a.value, origin) < 0)
-            return -1;
+        int rc = set_text(ld, a.e, a.value, origin);
+        if (rc < 0)
+            return rc;
         ld->seen[a.e - cfg__table] = true;
     }
     return check_key_conflict(ld, "");

@@ -167,7 +167,9 @@ struct cfg_model_location {
  *   4. the embedded demo pack `embedded_dir` (may be NULL while none is built).
  * `envp` is consulted for HOME and the XDG/FLM variables (NULL-terminated).
  * Returns 0 and fills `loc` (caller frees with cfg_model_location_free); a model
- * that was asked for explicitly and not found is an error: -1 with `err` set.
+ * that was asked for explicitly and not found is an error: -ENOENT (also a path
+ * that does not exist), -ENOTDIR (a path that is not a directory) or -ENOMEM, with
+ * `err` set.
  * Without an explicit model and nothing found, returns 0 with CFG_MODEL_NONE. */
 int cfg_model_resolve(const struct cfg *cfg, char *const envp[], const char *embedded_dir,
                       struct cfg_model_location *loc, char *err, size_t errlen);

@@ -65,7 +65,7 @@ static int found(struct cfg_model_location *loc, enum cfg_model_source src, cons
 {
     char *abs = realpath(dir, NULL);
     if (!abs)
-        return -1;
+        return -errno;
     if (!id) {
         const char *slash = strrchr(abs, '/');
         id = slash && slash[1] ? slash + 1 : abs;
@@ -73,7 +73,7 @@ static int found(struct cfg_model_location *loc, enum cfg_model_source src, cons
     loc->source = src;
     loc->path = abs;
     if (!(loc->id = strdup(id)))
-        return -1;
+        return -ENOMEM;
     return 0;
 }
 
@@ -131,7 +131,7 @@ static char *flm_dir(char *const envp[])
 }
 
 /* Look the tag up in FastFlowLM's list. Returns 1 found (loc filled), 0 not
- * found (s->flm_note says why when it matters), -1 out of memory. */
+ * found (s->flm_note says why when it matters), -ENOMEM out of memory. */
 static int try_flm(const struct tag *t, char *const envp[], struct cfg_model_location *loc,
                    struct search *s)
 {
@@ -139,7 +139,7 @@ static int try_flm(const struct tag *t, char *const envp[], struct cfg_model_loc
     const char *fam_key, *size_key, *mp;
     json_t *root = NULL, *models, *fam, *entry, *name, *jmp;
     json_error_t jerr;
-    int rc = -1;
+    int rc = -ENOMEM;
 
     if (!t->has_size)
         return 0;               /* FLM tags always have a size */
@@ -202,7 +202,7 @@ static int try_flm(const struct tag *t, char *const envp[], struct cfg_model_loc
 
     /* FLM_MODEL_PATH wins, as in FLM itself; a relative model_path in the file
      * is relative to the file's directory. */
-    rc = -1;
+    rc = -ENOMEM;
     mp = cfg__env_get(envp, "FLM_MODEL_PATH");
     if (mp && *mp)
         models_dir = strdup(mp);
@@ -214,7 +214,9 @@ static int try_flm(const struct tag *t, char *const envp[], struct cfg_model_loc
         goto out;
     snprintf(id, sizeof id, "%s:%s", fam_key, size_key);
     if (is_dir(pack)) {
-        rc = found(loc, CFG_MODEL_FLM, pack, id) < 0 ? -1 : 1;
+        rc = found(loc, CFG_MODEL_FLM, pack, id);
+        if (rc == 0)
+            rc = 1;
         goto out;
     }
     rc = 0;
@@ -241,7 +243,7 @@ static int try_standard(const struct tag *t, char *const envp[], struct cfg_mode
 {
     char name[256], *dirs[3] = { NULL, NULL, NULL }, *cand = NULL;
     const char *v;
-    int rc = -1;
+    int rc = -ENOMEM;
     size_t n = 0;
 
     if (t->has_size)
@@ -269,7 +271,9 @@ static int try_standard(const struct tag *t, char *const envp[], struct cfg_mode
                 snprintf(id, sizeof id, "%s:%s", t->family, t->size);
             else
                 snprintf(id, sizeof id, "%s", t->family);
-            rc = found(loc, CFG_MODEL_STANDARD, cand, id) < 0 ? -1 : 1;
+            rc = found(loc, CFG_MODEL_STANDARD, cand, id);
+            if (rc == 0)
+                rc = 1;
             goto out;
         }
         snprintf(s->looked + used, sizeof s->looked - used, "%s%s", used ? ", " : "", cand);
@@ -293,7 +297,7 @@ static int resolve_path(const char *want, char *const envp[], struct cfg_model_l
     char *expanded = NULL;
     const char *path = want;
     struct stat st;
-    int rc = -1;
+    int rc = -ENOMEM;
 
     if ((want[0] == '~' && (want[1] == '/' || want[1] == '\0')) && home && *home) {
         if (!(expanded = cfg__path_join(home, want[1] ? want + 2 : ".")))
@@ -301,15 +305,17 @@ static int resolve_path(const char *want, char *const envp[], struct cfg_model_l
         path = expanded;
     }
     if (stat(path, &st) < 0) {
+        rc = -errno;
         setf(err, errlen, "--model '%s': %s", want, strerror(errno));
         goto out;
     }
     if (!S_ISDIR(st.st_mode)) {
+        rc = -ENOTDIR;
         setf(err, errlen, "--model '%s': not a directory (a model is a pack directory)", want);
         goto out;
     }
-    if (found(loc, CFG_MODEL_PATH, path, NULL) < 0) {
-        setf(err, errlen, "--model '%s': %s", want, strerror(errno));
+    if ((rc = found(loc, CFG_MODEL_PATH, path, NULL)) < 0) {
+        setf(err, errlen, "--model '%s': %s", want, strerror(-rc));
         goto out;
     }
     rc = 0;
@@ -328,7 +334,7 @@ int cfg_model_resolve(const struct cfg *cfg, char *const envp[], const char *emb
     bool explicit = cfg->model != NULL || cfg->model_explicit;
     struct search *s = NULL;
     struct tag t;
-    int rc = -1;
+    int rc = -ENOMEM;
 
     memset(loc, 0, sizeof *loc);
     if (err && errlen)
@@ -349,7 +355,7 @@ int cfg_model_resolve(const struct cfg *cfg, char *const envp[], const char *emb
         hit = try_standard(&t, envp, loc, s);
     if (hit == 0 && embedded_dir && (!explicit || strcmp(want, EMBEDDED_ID) == 0) &&
         is_dir(embedded_dir))
-        hit = found(loc, CFG_MODEL_EMBEDDED, embedded_dir, EMBEDDED_ID) < 0 ? -1 : 1;
+        hit = found(loc, CFG_MODEL_EMBEDDED, embedded_dir, EMBEDDED_ID) < 0 ? -ENOMEM : 1;
     if (hit < 0)
         goto nomem;
 
@@ -357,6 +363,7 @@ int cfg_model_resolve(const struct cfg *cfg, char *const envp[], const char *emb
         setf(err, errlen, "--model '%s': not found (%s%s%s)", want, s->flm_note,
              s->flm_note[0] ? "; also looked in: " : "looked in: ", s->looked);
         cfg_model_location_free(loc);
+        rc = -ENOENT;
         goto out;
     }
     /* Not fatal, but a user who keeps models in FLM wants to know why it was

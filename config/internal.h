@@ -97,7 +97,7 @@ const char *cfg__check_host(const char *s);
 const char *cfg__check_origin(const char *s);
 const char *cfg__check_secret(const char *s);
 
-/* Strict parsers: 0 ok, -1 malformed, -2 overflow. */
+/* Strict parsers: 0 ok, -EINVAL malformed, -ERANGE overflow. */
 int cfg__parse_ll(const char *s, long long *out);
 int cfg__parse_size(const char *s, unsigned long long *out);   /* K, M, G suffixes */
 int cfg__parse_bool(const char *s, bool *out);

@@ -140,19 +140,20 @@ const char *cfg__check_secret(const char *s)
     return NULL;
 }
 
-/* Strict: the whole string is one decimal number. 0 ok, -1 not a number, -2 overflow. */
+/* Strict: the whole string is one decimal number. 0 ok, -EINVAL not a number,
+ * -ERANGE overflow. */
 int cfg__parse_ll(const char *s, long long *out)
 {
     const char *d = (s[0] == '-' || s[0] == '+') ? s + 1 : s;
     if (!isdigit((unsigned char)d[0]))
-        return -1;              /* also rejects "", " 1" and "0x" spellings early */
+        return -EINVAL;              /* also rejects "", " 1" and "0x" spellings early */
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
     if (*end != '\0')
-        return -1;
+        return -EINVAL;
     if (errno == ERANGE)
-        return -2;
+        return -ERANGE;
     *out = v;
     return 0;
 }
@@ -161,24 +162,24 @@ int cfg__parse_ll(const char *s, long long *out)
 int cfg__parse_size(const char *s, unsigned long long *out)
 {
     if (!isdigit((unsigned char)s[0]))
-        return -1;
+        return -EINVAL;
     char *end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
     if (errno == ERANGE)
-        return -2;
+        return -ERANGE;
     unsigned shift = 0;
     switch (toupper((unsigned char)*end)) {
     case '\0': break;
     case 'K': shift = 10; break;
     case 'M': shift = 20; break;
     case 'G': shift = 30; break;
-    default: return -1;
+    default: return -EINVAL;
     }
     if (shift && end[1] != '\0' && strcmp(end + 1, "iB") != 0)
-        return -1;
+        return -EINVAL;
     if (v > (ULLONG_MAX >> shift))
-        return -2;
+        return -ERANGE;
     *out = v << shift;
     return 0;
 }
@@ -193,7 +194,7 @@ int cfg__parse_bool(const char *s, bool *out)
             return 0;
         }
     }
-    return -1;
+    return -EINVAL;
 }
 
 /* "auto|cpu|sim|xrt" */

@@ -30,7 +30,7 @@ struct eng_engine {
     struct eng_sampling sampling;
     eng_gram_vocab *gvocab;          /* built by the first grammar to need it */
     pthread_mutex_t gvocab_mu;
-    void (*log)(void *ctx, enum eng_log_level level, const char *msg);
+    eng_log_fn log;
     void *log_ctx;
 };
 
@@ -63,15 +63,8 @@ const char *eng_engine_choose_device(const char *want, const char *pack_dir, cha
     return "cpu";
 }
 
-/* Model warnings (the all-ones QK-norm shim) and lines (the weights' copy) go to
- * the engine's log. */
-static void warn_model(void *ctx, const char *msg)
-{
-    struct eng_engine *e = ctx;
-    if (e->log)
-        e->log(e->log_ctx, ENG_LOG_WARN, msg);
-}
-
+/* The model's lines (the all-ones QK-norm shim, the weights' copy) go to the
+ * engine's log. */
 static void log_model(void *ctx, enum eng_log_level level, const char *msg)
 {
     struct eng_engine *e = ctx;
@@ -131,9 +124,8 @@ static int open_device(struct eng_engine *e, const struct eng_engine_opts *o, ch
         .act = o->act,
         .qk_norm = o->qk_norm,
         .weights = o->weights,
-        .warn = warn_model,
-        .warn_ctx = e,
         .log = log_model,
+        .log_ctx = e,
         .sim_runlist_limit = o->sim_runlist_limit,
         .sim_timeout_ms = o->sim_timeout_ms,
         .sim_latency_us = o->sim_latency_us,

@@ -1,15 +1,18 @@
 /* engine — a MiniCPM5 pack opened for serving: the facade over the engine's rooms.
  *
- * The public engine surface is the headers directly in engine/: this one (packs
- * and the engine), gen.h (generation requests and their events), ert.h (how a
- * device run ends), tokenizer.h, template.h, prompt.h, outparse.h and xrt.h (the
- * NPU's preflight and probe). server/ and api/ include nothing else of the engine
+ * The public engine surface is the headers directly in engine/: this one (the
+ * engine), types.h (packs, the shared options, the log hook), gen.h (generation
+ * requests and their events), ert.h (how a device run ends), tokenizer.h,
+ * grammar.h, template.h, prompt.h, outparse.h and xrt.h (the NPU's preflight and
+ * probe). server/ and api/ include nothing else of the engine
  * (tests/check-includes.sh); the rooms (kernels/, model/, text/, device/,
  * worker/) are the engine's own. docs/DESIGN.md draws the whole.
  *
+ * The pack, the shared options and the log hook are in engine/types.h, which
+ * this header includes; the engine's rooms include that one, never this.
+ *
  * Threading: eng_pack_open() and eng_engine_open() do file I/O and may take long
- * on a real pack; the daemon calls them off the event loop. An eng_pack is
- * immutable once open and may be read from any thread.
+ * on a real pack; the daemon calls them off the event loop.
  */
 #ifndef MINICPMD_ENGINE_H
 #define MINICPMD_ENGINE_H
@@ -20,82 +23,7 @@
 
 #include "engine/gen.h"
 #include "engine/tokenizer.h"
-
-typedef struct eng_pack eng_pack;
-
-enum eng_weights_format {
-    ENG_WEIGHTS_Q4NX = 0,         /* FastFlowLM model.q4nx */
-    ENG_WEIGHTS_SAFETENSORS,      /* Hugging Face model.safetensors */
-    ENG_WEIGHTS_SAFETENSORS_SHARDED, /* model.safetensors.index.json + shards */
-};
-
-/* Architecture from the pack's config.json, checked for consistency. */
-struct eng_hparams {
-    int n_layers;          /* num_hidden_layers */
-    int n_embd;            /* hidden_size */
-    int n_heads;           /* num_attention_heads */
-    int n_kv_heads;        /* num_key_value_heads (as stored; a pack may replicate) */
-    int head_dim;          /* head_dim, or n_embd / n_heads */
-    int n_ff;              /* intermediate_size */
-    int n_vocab;           /* vocab_size */
-    int n_ctx_train;       /* max_position_embeddings */
-    double rms_norm_eps;
-    double rope_theta;
-    int tie_embeddings;    /* tie_word_embeddings */
-};
-
-struct eng_pack_info {
-    const char *dir;              /* absolute pack directory */
-    const char *model_type;       /* config.json model_type, e.g. "llama" or "qwen3" */
-    enum eng_weights_format format;
-    int64_t weights_bytes;        /* total size of the weight files */
-    struct eng_hparams hp;
-};
-
-/* Open the pack in directory `dir`: read and validate config.json, find the weights
- * and the tokenizer. Returns 0 and a pack the caller frees with eng_pack_free(), or
- * a negative errno-style value with a one-line reason in `err` (which file, which
- * field, what was expected). Never leaves a partial pack behind. */
-int eng_pack_open(const char *dir, eng_pack **out, char *err, size_t errlen);
-void eng_pack_free(eng_pack *p);
-const struct eng_pack_info *eng_pack_get_info(const eng_pack *p);
-const char *eng_weights_format_name(enum eng_weights_format f);
-
-/* config.json as parsed at open (a jansson object, borrowed, lives as long as the
- * pack): read it here rather than from the file again. */
-struct json_t;
-const struct json_t *eng_pack_config(const eng_pack *p);
-
-/* ---- options shared by the rooms ------------------------------------------------ */
-
-/* Activations into the matrix products: int8 per 32 columns (fast) or float32. */
-enum eng_act { ENG_ACT_Q8 = 0, ENG_ACT_F32 };
-
-/* Where the CPU forward pass reads the matmul weights from (--weights): the pack's
- * file mapping, or a copy in 2 MB-page anonymous memory made at load (everything
- * but the embedding); AUTO copies when the copy fits in MemAvailable with a margin
- * and huge pages are to be had (engine/model/place.c). */
-enum eng_weights_place {
-    ENG_WEIGHTS_PLACE_MMAP = 0,
-    ENG_WEIGHTS_PLACE_COPY,
-    ENG_WEIGHTS_PLACE_AUTO,
-};
-
-enum eng_qk_norm {
-    ENG_QK_NORM_AUTO = 0, /* use q_norm/k_norm unless they are the synthetic all-ones
-                             shim on a llama-architecture model (warned) */
-    ENG_QK_NORM_OFF,      /* ignore them */
-    ENG_QK_NORM_ON,       /* apply them whenever present */
-};
-
-/* Layers per runlist: adaptive (halved after a fault), all in one, or fixed. */
-enum eng_kmode {
-    ENG_KMODE_AUTO = 0,
-    ENG_KMODE_ALL,
-    ENG_KMODE_FIXED,
-};
-
-enum eng_log_level { ENG_LOG_ERROR = 0, ENG_LOG_WARN, ENG_LOG_INFO, ENG_LOG_DEBUG };
+#include "engine/types.h"
 
 /* ---- the engine: a pack, its tokenizer, a device and the worker over it --------- */
 
@@ -119,10 +47,10 @@ struct eng_engine_opts {
     int fixed_k;                /* ENG_KMODE_FIXED: layers per runlist */
     int max_retries;            /* ENG_KMODE_AUTO: replays per request; < 0: default */
     const char *state_dir;      /* where the remembered K lives; NULL: not remembered */
-    const char *faults;         /* sim fault specs (README, "Fault injection"); NULL */
+    const char *faults;         /* sim fault specs (docs/usage.md, the worker); NULL */
     int sim_runlist_limit, sim_timeout_ms, sim_latency_us;  /* the sim's NPU model */
     /* (optional) one line per event worth logging; any thread. */
-    void (*log)(void *ctx, enum eng_log_level level, const char *msg);
+    eng_log_fn log;
     void *log_ctx;
 };
 

@@ -22,7 +22,7 @@ struct eng_prompt {
 
 /* Render `p` (bos/eos default to MiniCPM5's "<s>" / "</s>" when NULL) and, with a
  * tokenizer, tokenize it (`tok` NULL: text only, ids NULL). Returns 0, or a
- * negative errno-style value (-EINVAL: the template refuses the request) with a
+ * negative errno (-EINVAL: the template refuses the request; -ENOMEM) with a
  * one-line reason in `err` and the offending field's JSON path in `param` ("" when
  * it is not about one field). Any thread. */
 int eng_prompt_build(const eng_tokenizer *tok, const struct eng_chat_params *p,

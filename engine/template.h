@@ -4,7 +4,7 @@
  *
  * Input is the OpenAI request's own JSON (messages, tools), already validated for
  * shape by api/; what the template would reject (e.g. no user message) is
- * decided here and documented in the README.
+ * decided here and documented in docs/usage.md.
  */
 #ifndef MINICPMD_ENGINE_CHAT_H
 #define MINICPMD_ENGINE_CHAT_H
@@ -40,8 +40,8 @@ struct eng_chat_params {
  * `param`, e.g. "messages[2].tool_calls[0].function.arguments"; "" otherwise).
  * `param` may be NULL. Reads the JSON only, so any thread may call it.
  *
- * Before the template sees them, OpenAI's shapes are mapped (README, "Chat
- * template"): role "developer" is "system"; content given as an array of
+ * Before the template sees them, OpenAI's shapes are mapped (docs/usage.md,
+ * its text section): role "developer" is "system"; content given as an array of
  * {"type":"text"} parts is their texts concatenated with nothing between (other
  * part types are refused); a tool call's `arguments` JSON string is parsed (empty
  * means none; invalid JSON is refused). Then every byte is what Jinja2 renders from
@@ -49,7 +49,8 @@ struct eng_chat_params {
  * (no messages, a first system message whose content is not a string, a tool
  * message without content, arguments that are neither an object nor empty). Unknown
  * roles, non-object messages, non-array tool_calls or tools, and strings holding
- * NUL are refused too. */
+ * NUL are refused too. Returns the prompt (caller frees), or NULL with errno set:
+ * ENOMEM (out of memory) or EINVAL (the request is refused), the reason in `err`. */
 char *eng_chat_render(const struct eng_chat_params *p, char *err, size_t errlen, char *param,
                       size_t paramlen);
 

@@ -28,7 +28,7 @@
 #define DRAIN_POLL_MS 50
 /* SIGTERM ends the process within --shutdown-timeout + this, even when something
  * the shutdown waits for (the loader thread, the worker inside a device call) does
- * not return: the stop watch then exits 1 (issue 14, item 5). */
+ * not return: the stop watch then exits 1, so a supervisor can restart it. */
 #define STOP_SLACK_S 5
 #define LOAD_GATE_POLL_NS (10 * 1000 * 1000)
 
@@ -193,9 +193,10 @@ static int start_loading(struct daemon *d)
     srv_sd_notifyf("STATUS=loading model %s\nEXTEND_TIMEOUT_USEC=%llu", d->app.model->id,
                    (unsigned long long)EXTEND_USEC);
     uv_timer_start(&d->extend, on_extend, EXTEND_USEC / 2000, EXTEND_USEC / 2000);
-    if (uv_thread_create(&d->loader, loader_main, d) != 0) {
-        log_error("cannot start the model loader thread");
-        return -1;
+    int rc = uv_thread_create(&d->loader, loader_main, d);
+    if (rc != 0) {               /* libuv's errors are negative errno values */
+        log_error("cannot start the model loader thread: %s", uv_strerror(rc));
+        return rc;
     }
     d->loader_running = true;
     return 0;

@@ -8,6 +8,7 @@
 
 #include "server/security.h"
 
+#include <errno.h>
 #include <string.h>
 #include <strings.h>
 
@@ -72,7 +73,7 @@ static int fail(struct srv_response *resp, bool close, enum api_error e, const c
     srv_response_error(resp, e, NULL, "%s", msg);
     if (close)
         srv_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-    return -1;
+    return -EINVAL;
 }
 
 int srv__request_check(srv_request *req, const char *version, struct srv_response *resp)

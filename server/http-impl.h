@@ -95,7 +95,7 @@ void srv__http_kick(srv_http *h);     /* run MHD soon (after a resume) */
 void srv__http_run(srv_http *h);      /* run MHD now */
 void srv__request_cancel(srv_request *req);  /* tell the work its answer is not wanted */
 /* http-check.c: the header block's framing, Host and Origin; then, for a routed
- * request, its Content-Type. 0, or -1 with the error answer in `resp`. */
+ * request, its Content-Type. 0, or -EINVAL with the error answer in `resp`. */
 int srv__request_check(srv_request *req, const char *version, struct srv_response *resp);
 int srv__request_check_body_type(srv_request *req, struct srv_response *resp);
 /* http-conn.c: the connection watch (hang-ups, half-closes, the request deadline).

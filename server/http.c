@@ -641,10 +641,11 @@ static bool listens_on_loopback(int fd)
 int srv_http_start(uv_loop_t *loop, const struct srv_http_config *cfg, srv_http **out, char *err,
                    size_t errlen)
 {
+    int rc;
     srv_http *h = calloc(1, sizeof *h);
     if (!h) {
         snprintf(err, errlen, "out of memory");
-        return -1;
+        return -ENOMEM;
     }
     h->cfg = *cfg;
     /* SIGPIPE is ignored process-wide by main(); tell MHD so it need not. */
@@ -661,23 +662,22 @@ int srv_http_start(uv_loop_t *loop, const struct srv_http_config *cfg, srv_http 
         h, MHD_OPTION_NOTIFY_CONNECTION, srv__conn_notify, h,
         MHD_OPTION_SIGPIPE_HANDLED_BY_APP, 1, MHD_OPTION_END);
     if (!h->mhd) {
+        /* MHD logs its reason through on_mhd_log; it returns no code. */
         snprintf(err, errlen, "libmicrohttpd failed to start on the listening socket");
-        free(h);
-        return -1;
+        rc = -EIO;
+        goto fail;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_EPOLL_FD);
     if (!info) {
         snprintf(err, errlen, "libmicrohttpd has no epoll fd");
-        MHD_stop_daemon(h->mhd);
-        free(h);
-        return -1;
+        rc = -ENOTSUP;
+        goto fail;
     }
     h->hup_fd = epoll_create1(EPOLL_CLOEXEC);
     if (h->hup_fd < 0) {
+        rc = -errno;
         snprintf(err, errlen, "epoll_create1: %s", strerror(errno));
-        MHD_stop_daemon(h->mhd);
-        free(h);
-        return -1;
+        goto fail;
     }
     uv_poll_init(loop, &h->poll, info->epoll_fd);
     uv_timer_init(loop, &h->timer);
@@ -691,6 +691,11 @@ int srv_http_start(uv_loop_t *loop, const struct srv_http_config *cfg, srv_http 
     arm_timer(h);
     *out = h;
     return 0;
+fail:
+    if (h->mhd)
+        MHD_stop_daemon(h->mhd);
+    free(h);
+    return rc;
 }
 
 void srv_http_drain(srv_http *h)

@@ -40,7 +40,8 @@ struct srv_http_config {
 typedef struct srv_http srv_http;
 typedef struct srv_request srv_request;
 
-/* Start serving on `loop`. Returns 0, or -1 with a one-line reason in `err`. */
+/* Start serving on `loop`. Returns 0, or a negative errno (-ENOMEM; -EIO when
+ * libmicrohttpd does not start) with a one-line reason in `err`. */
 int srv_http_start(uv_loop_t *loop, const struct srv_http_config *cfg, srv_http **out, char *err,
                    size_t errlen);
 

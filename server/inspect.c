@@ -2,7 +2,7 @@
  * model is given, for people debugging prompts. Tokenizing and rendering run on
  * libuv's thread pool, never on the loop thread; the request is deferred meanwhile.
  *
- * Bounded (issue 14, item 1): the pool also builds chat prompts, so at most
+ * Bounded: the pool also builds chat prompts, so at most
  * UT_TEXT_JOBS_IN_FLIGHT text jobs hold a pool thread at a time and the others
  * wait in this file's queue (FIFO) — a burst of big /tokenize calls can no longer
  * delay a chat request's prompt by seconds. An answer is at most

@@ -42,7 +42,7 @@ static int activated(struct srv_listener *out, char *err, size_t errlen)
     int n = srv_sd_listen_fds();
     if (n < 0) {
         snprintf(err, errlen, "socket activation: malformed LISTEN_PID/LISTEN_FDS");
-        return -1;
+        return -EINVAL;
     }
     if (n == 0)
         return 0;
@@ -54,7 +54,7 @@ static int activated(struct srv_listener *out, char *err, size_t errlen)
         (len = sizeof listening, getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len)) ||
         !listening) {
         snprintf(err, errlen, "socket activation: fd %d is not a listening stream socket", fd);
-        return -1;
+        return -ENOTSOCK;
     }
     for (int extra = fd + 1; extra < SRV_SD_LISTEN_FDS_START + n; extra++)
         close(extra);
@@ -71,7 +71,7 @@ int srv_listen_open(const char *host, int port, struct srv_listener *out, char *
     *out = (struct srv_listener){.fd = -1};
     int a = activated(out, err, errlen);
     if (a != 0)
-        return a < 0 ? -1 : 0;
+        return a < 0 ? a : 0;
 
     char portstr[16];
     snprintf(portstr, sizeof portstr, "%d", port);
@@ -82,7 +82,7 @@ int srv_listen_open(const char *host, int port, struct srv_listener *out, char *
     int gai = getaddrinfo(host, portstr, &hints, &res);
     if (gai != 0) {
         snprintf(err, errlen, "--host '%s': %s", host, gai_strerror(gai));
-        return -1;
+        return gai == EAI_MEMORY ? -ENOMEM : gai == EAI_SYSTEM && errno ? -errno : -EINVAL;
     }
     int last_errno = 0;
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
@@ -108,5 +108,5 @@ int srv_listen_open(const char *host, int port, struct srv_listener *out, char *
     freeaddrinfo(res);
     snprintf(err, errlen, "cannot listen on %s%s%s:%d: %s", strchr(host, ':') ? "[" : "", host,
              strchr(host, ':') ? "]" : "", port, strerror(last_errno));
-    return -1;
+    return last_errno ? -last_errno : -EADDRNOTAVAIL;
 }

@@ -12,8 +12,10 @@ struct srv_listener {
     int port;            /* the bound port (the kernel's choice for --port 0) */
 };
 
-/* Take the socket systemd passed, else bind host:port. Returns 0 or -1 with one
- * line in `err` ("127.0.0.1:8001: Address already in use"). */
+/* Take the socket systemd passed, else bind host:port. Returns 0, or a negative
+ * errno (-EADDRINUSE, -EINVAL for a host that does not resolve, -ENOTSOCK for a
+ * passed fd that is not a listening socket, …) with one line in `err`
+ * ("cannot listen on 127.0.0.1:8001: Address already in use"). */
 int srv_listen_open(const char *host, int port, struct srv_listener *out, char *err,
                     size_t errlen);
 

@@ -114,7 +114,7 @@ int main(int argc, char **argv)
     /* Blocks of 1 MiB and more (request bodies, big answers) are mmapped and go back
      * to the system when freed. A fixed threshold also stops glibc from raising it
      * after the first big free, which kept a /tokenize burst's gigabytes resident
-     * at idle (issue 14, item 1). */
+     * at idle. */
     mallopt(M_MMAP_THRESHOLD, 1 << 20);
     /* SIGUSR1/SIGUSR2 must not kill the daemon (their default action): the loop
      * makes SIGUSR1 reopen the log (server/daemon.c); SIGUSR2 means nothing here. */

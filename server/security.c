@@ -1,5 +1,6 @@
 #include "server/security.h"
 
+#include <errno.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdint.h>
@@ -76,7 +77,7 @@ bool srv_addr_is_loopback(const char *addr)
 }
 
 /* The host part of a Host header value into `out` (brackets of an IPv6 literal
- * removed, the port checked and dropped). -1 if malformed. */
+ * removed, the port checked and dropped). -EINVAL if malformed. */
 static int host_name(const char *host, char *out, size_t outlen)
 {
     const char *end;
@@ -84,7 +85,7 @@ static int host_name(const char *host, char *out, size_t outlen)
     if (*p == '[') {
         end = strchr(p, ']');
         if (!end)
-            return -1;
+            return -EINVAL;
         p++;
     } else {
         end = strchr(p, ':');
@@ -93,7 +94,7 @@ static int host_name(const char *host, char *out, size_t outlen)
     }
     size_t n = (size_t)(end - p);
     if (n == 0 || n >= outlen)
-        return -1;
+        return -EINVAL;
     memcpy(out, p, n);
     out[n] = '\0';
     if (*end == ']')
@@ -101,9 +102,9 @@ static int host_name(const char *host, char *out, size_t outlen)
     if (*end == ':') {          /* a port: digits only, possibly empty (RFC 3986) */
         end++;
         if (strspn(end, "0123456789") != strlen(end) || strlen(end) > 5)
-            return -1;
+            return -EINVAL;
     } else if (*end) {
-        return -1;
+        return -EINVAL;
     }
     return 0;
 }

@@ -7,9 +7,10 @@ Usage: check-doc-refs.py SOURCE_ROOT     check the tree (exit 1 on a bad citatio
        check-doc-refs.py --self-test     check the checker on a made-up tree
 
 The files checked are the tracked ones (git ls-files; a walk of the tree when git
-is not there) that are code, build or shell files, plus README.md and
-docs/DESIGN.md. The reference notes in docs/ are not checked: they quote other
-projects' paths (e.g. another project's docs/…)."""
+is not there) that are code, build or shell files, plus README.md and the project's
+own documents in docs/ (DESIGN.md, api.md, performance.md, usage.md). The reference
+notes in docs/ are not checked: they quote other projects' paths (e.g. another
+project's docs/…)."""
 import os
 import re
 import subprocess
@@ -19,6 +20,7 @@ import tempfile
 CODE_EXT = ('.c', '.h', '.cpp', '.py', '.sh', '.mjs', '.in')
 CODE_NAMES = ('meson.build', 'meson_options.txt', 'run', 'README.md', 'DESIGN.md')
 SKIP_DIRS = ('.git', 'node_modules', 'subprojects')
+OWN_DOCS = ('docs/DESIGN.md', 'docs/api.md', 'docs/performance.md', 'docs/usage.md')
 
 PATH_RE = re.compile(r'(?<![\w/.-])docs/((?:[\w.-]+/)*[\w.-]+\.md)\b')
 # Comment continuations inside a citation that wraps: "docs/x.md\n * §3.4".
@@ -50,7 +52,7 @@ def wanted(rel):
     if base == os.path.basename(__file__):   # its own examples are not citations
         return False
     if rel.startswith('docs/'):
-        return rel == 'docs/DESIGN.md'
+        return rel in OWN_DOCS
     return rel.endswith(CODE_EXT) or base in CODE_NAMES
 
 

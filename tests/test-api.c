@@ -138,7 +138,7 @@ MCD_TEST(api_models, empty_list)
     json_decref(j);
 }
 
-/* Issue 14 item 13: an integer beyond int64 is valid JSON with a value out of
+/* An integer beyond int64 is valid JSON with a value out of
  * range; the 400 names the field instead of saying "not valid JSON". */
 MCD_TEST(api_body, huge_integer_names_the_field)
 {
@@ -165,7 +165,7 @@ MCD_TEST(api_body, huge_integer_names_the_field)
     cr_assert(strstr(bad.message, "not valid JSON"), "%s", bad.message);
 }
 
-/* ---- /tokenize's answer (issue 14, item 1) ----------------------------------- */
+/* ---- /tokenize's answer ----------------------------------- */
 
 /* The answer written straight into a buffer equals the one built with a jansson
  * object per token (what it replaces, ~400 bytes a token), for every id of the

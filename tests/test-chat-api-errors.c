@@ -131,7 +131,7 @@ MCD_TEST(chat_errors, device_error_from_the_engine)
     cr_assert_not_null(ours);
     json_t *err = json_object_get(ours, "error");
     cr_assert_str_eq(sget(err, "code"), "ert_cmd_state_error");
-    /* Issue 14 item 13: the head runlist was reported as layer_first 42, layer_last 41. */
+    /* The head runlist was reported as layer_first 42, layer_last 41. */
     cr_assert_null(json_object_get(err, "layer_first"));
     cr_assert_null(json_object_get(err, "layer_last"));
     json_t *want = json_pack("{s:i, s:s, s:i, s:i, s:i, s:s, s:i, s:s}", "ert_state", 5, "phase",

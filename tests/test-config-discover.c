@@ -73,10 +73,10 @@ MCD_TEST(discover, path_to_directory)
 MCD_TEST(discover, path_not_a_directory)
 {
     char *file = put("pack.bin", "x");
-    cr_assert_eq(resolve(file, ENV(), NULL), -1);
+    cr_assert_eq(resolve(file, ENV(), NULL), -ENOTDIR);
     cr_assert(strstr(err, S("--model '%s': not a directory", file)), "%s", err);
     cr_assert_null(loc.path);
-    cr_assert_eq(resolve("/nonexistent/pack", ENV(), NULL), -1);
+    cr_assert_eq(resolve("/nonexistent/pack", ENV(), NULL), -ENOENT);
     cr_assert(strstr(err, "--model '/nonexistent/pack': No such file or directory"), "%s", err);
 }
 
@@ -161,7 +161,7 @@ MCD_TEST(discover, explicit_not_found_says_where_it_looked)
 {
     put("flm/model_list.json", FLM_LIST("models"));
     cr_assert_eq(resolve("testfam:1b", ENV(S("FLM_CONFIG_DIR=%s/flm", tmp),
-                                           S("XDG_DATA_HOME=%s/data", tmp),), NULL), -1);
+                                           S("XDG_DATA_HOME=%s/data", tmp),), NULL), -ENOENT);
     cr_assert(strstr(err, S("--model 'testfam:1b': not found (FastFlowLM lists it at "
                             "%s/flm/models/TestFam-1B-NPU2, which does not exist; also looked "
                             "in: %s/data/minicpmd/models/testfam-1b", tmp, tmp)), "%s", err);
@@ -169,7 +169,7 @@ MCD_TEST(discover, explicit_not_found_says_where_it_looked)
     cr_assert_null(loc.path);
     cr_assert_null(loc.id);
 
-    cr_assert_eq(resolve("nosuch:9b", ENV(S("XDG_DATA_HOME=%s/data", tmp),), NULL), -1);
+    cr_assert_eq(resolve("nosuch:9b", ENV(S("XDG_DATA_HOME=%s/data", tmp),), NULL), -ENOENT);
     cr_assert(strstr(err, "--model 'nosuch:9b': not found (looked in: "), "%s", err);
     cr_assert(strstr(err, "/data/minicpmd/models/nosuch-9b"), "%s", err);
 }
@@ -189,7 +189,7 @@ MCD_TEST(discover, malformed_model_list)
     skip_if_installed();
     put("flm/model_list.json", "{\"models\": {\"minicpm5\": \n  [}");
     char *const *env = ENV(S("FLM_CONFIG_DIR=%s/flm", tmp), S("HOME=%s", tmp),);
-    cr_assert_eq(resolve("testfam:1b", env, NULL), -1);
+    cr_assert_eq(resolve("testfam:1b", env, NULL), -ENOENT);
     cr_assert(strstr(err, S("not found (FastFlowLM's %s/flm/model_list.json is malformed (2:",
                             tmp)), "%s", err);
     cr_assert_null(strchr(err, '\n'));
@@ -211,7 +211,7 @@ MCD_TEST(discover, wrongly_shaped_model_list)
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         put("flm/model_list.json", bad[i]);
-        cr_assert_eq(resolve("testfam:1b", ENV(S("FLM_CONFIG_DIR=%s/flm", tmp),), NULL), -1,
+        cr_assert_eq(resolve("testfam:1b", ENV(S("FLM_CONFIG_DIR=%s/flm", tmp),), NULL), -ENOENT,
                      "%s", bad[i]);
         cr_assert(strstr(err, "is malformed ("), "%s -> %s", bad[i], err);
     }
@@ -228,7 +228,7 @@ MCD_TEST(discover, embedded_fallback)
     cfg_model_location_free(&loc);
 
     /* An explicit model is never silently replaced by the demo... */
-    cr_assert_eq(resolve("testfam:1b", env, demo), -1);
+    cr_assert_eq(resolve("testfam:1b", env, demo), -ENOENT);
     cr_assert(strstr(err, "not found"), "%s", err);
     /* ...unless it asks for the demo by name. */
     cr_assert_eq(resolve("minicpm5-demo", env, demo), 0, "%s", err);

@@ -268,7 +268,7 @@ MCD_TEST(config, explicit_missing_file)
     cfg_free(&cfg);
     FAILS(ARGV("--config", tmp,), ENV(), "a directory, not a regular file");
     cfg_free(&cfg);
-    /* Issue 14 item 5: a FIFO config file is refused at once, never read. */
+    /* A FIFO config file is refused at once, never read. */
     char *fifo = S("%s/c.fifo", tmp);
     cr_assert_eq(mkfifo(fifo, 0600), 0);
     FAILS(ARGV("--config", fifo,), ENV(), S("config file %s: a FIFO, not a regular file", fifo));

@@ -269,7 +269,7 @@ MCD_TEST(config, api_key_file_is_read_and_trimmed)
     cr_assert_str_eq(cfg.api_key, "s3cret");
 }
 
-/* Issue 14 item 10: HTTP strips blanks around a header value, so a key with one
+/* HTTP strips blanks around a header value, so a key with one
  * could never match; refused at startup with a line that does not echo it. */
 MCD_TEST(config, api_key_surrounding_space_refused)
 {
@@ -320,7 +320,7 @@ MCD_TEST(config, api_key_file_unreadable)
     FAILS(ARGV("--api-key-file", tmp,), ENV(), "--api-key-file: cannot read",
           "a directory, not a regular file");
     cfg_free(&cfg);
-    /* Issue 14 item 5: a FIFO or a device is refused at once, never read (a FIFO
+    /* A FIFO or a device is refused at once, never read (a FIFO
      * without a writer hung startup). */
     char *fifo = S("%s/key.fifo", tmp);
     cr_assert_eq(mkfifo(fifo, 0600), 0);

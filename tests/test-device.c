@@ -10,6 +10,7 @@
 #include "minicpmd-build.h"
 #include "engine/device/device.h"
 #include "engine/model/model.h"
+#include "engine/worker/plan.h"
 #include "tests/check.h"
 #include "tests/packs.h"
 

@@ -148,7 +148,7 @@ MCD_TEST(pack, not_a_directory)
     cr_assert_not_null(strstr(err, "/nonexistent/pack"));
 }
 
-/* Issue 14 items 5 and 9: a FIFO, a device or a directory where a pack file is
+/* A FIFO, a device or a directory where a pack file is
  * expected is refused at once with what it is. A FIFO config.json without a
  * writer used to block the loader forever (and SIGTERM with it). */
 static void make_fifo(const char *name)
@@ -201,7 +201,7 @@ MCD_TEST(pack, tokenizer_directory_refused)
     rmdir(path);
 }
 
-/* Issue 14 item 13: a 1 TiB sparse weights file is refused at open, not mapped and
+/* A 1 TiB sparse weights file is refused at open, not mapped and
  * reported as "weights 1048576.0 MiB". */
 MCD_TEST(pack, sparse_terabyte_weights_refused)
 {

@@ -2,7 +2,7 @@
  * connection per MHD_run(), "run again at once" until it is in), the loop must
  * still reach its poll phase between those runs, so a thread-pool completion
  * (here: a uv_async, which is how one arrives) is not held until every upload
- * has been read (issue 14: a chat prompt waited behind four 2 MB /tokenize
+ * has been read (a chat prompt once waited behind four 2 MB /tokenize
  * bodies).
  *
  * No threads: the client writes 2 MB into the server's receive queue and stops,

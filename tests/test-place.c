@@ -19,10 +19,11 @@ static const int32_t next[N_NEXT] = {11, 222, 33};
 
 static char warned[1024];
 
-static void on_warn(void *ctx, const char *msg)
+static void on_warn(void *ctx, enum eng_log_level level, const char *msg)
 {
     (void)ctx;
-    snprintf(warned, sizeof warned, "%s", msg);
+    if (level <= ENG_LOG_WARN)
+        snprintf(warned, sizeof warned, "%s", msg);
 }
 
 static eng_model *open_model(const eng_pack *p, enum eng_weights_place w)
@@ -30,7 +31,7 @@ static eng_model *open_model(const eng_pack *p, enum eng_weights_place w)
     eng_model *m = NULL;
     char err[512] = "";
     struct eng_model_opts o = {.n_threads = 2, .act = ENG_ACT_Q8, .weights = w,
-                               .warn = on_warn};
+                               .log = on_warn};
     cr_assert_eq(eng_model_open(p, &o, &m, err, sizeof err), 0, "%s", err);
     return m;
 }

@@ -607,7 +607,7 @@ MCD_TEST(kstate, unreadable_file_not_fatal)
     rm_tmp();
 }
 
-/* ---- K recovers (issue 14, item 12) ------------------------------------------------ */
+/* ---- K recovers ------------------------------------------------ */
 
 /* One hang used to halve K for good: now a run of good tokens at the reduced K
  * makes the next request probe 2K, up to the device's default. */

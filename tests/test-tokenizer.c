@@ -225,7 +225,7 @@ static void feed(eng_detok *d, const int32_t *ids, size_t n, struct stream_out *
         cr_assert_geq(r, 0);
         cr_assert_eq(r == 0, piece == NULL);
         if (r > 0) {
-            cr_assert_eq(eng__utf8_valid_prefix(piece, (size_t)r), (size_t)r,
+            cr_assert_eq(ut_utf8_valid_prefix(piece, (size_t)r), (size_t)r,
                          "piece is not valid UTF-8");
             memcpy(o->buf + o->n, piece, (size_t)r);
             o->n += (size_t)r;
@@ -622,7 +622,7 @@ MCD_TEST(tokenizer, concurrent_encode)
     eng_tokenizer_free(t);
 }
 
-/* ---- the tokenizer against the model (issue 14, item 9) ---------------------- */
+/* ---- the tokenizer against the model ---------------------- */
 
 static eng_tokenizer *load_text(const char *json)
 {

@@ -407,7 +407,7 @@ MCD_TEST(worker, device_still_down_refuses_next_request)
     fx_free(f);
 }
 
-/* ---- K recovers (issue 14, item 12) --------------------------------------------------- */
+/* ---- K recovers --------------------------------------------------- */
 
 /* One transient hang used to halve K for the rest of the daemon's life. Now, after
  * UT_RUNLIST_PROBE_TOKENS good tokens at K 21, a request probes K 42 again; with

@@ -43,7 +43,7 @@
 #define UT_MAX_CONNECTIONS_PER_IP_DEFAULT 64
 
 /* Stop strings per request. OpenAI's chat API allows 4; llama.cpp and Open WebUI
- * send more (issue 18), so 16, as many as llama.cpp's clients commonly send. */
+ * send more, so 16, as many as llama.cpp's clients commonly send. */
 #define UT_MAX_STOP 16
 
 /* All of a request's stop strings together, in bytes: each is kept whole (the

@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -105,4 +107,70 @@ int64_t ut_file_size(const char *dir, const char *name, const char **why)
     if (!S_ISREG(st.st_mode))
         return refuse_mode(st.st_mode, why);
     return (int64_t)st.st_size;
+}
+
+/* The directory entry of a rename is durable only once its directory is synced. */
+static void fsync_parent(const char *path)
+{
+    char dir[PATH_MAX];
+    const char *slash = strrchr(path, '/'), *d = ".";
+    if (slash) {
+        size_t n = slash == path ? 1 : (size_t)(slash - path);
+        if (n >= sizeof dir)
+            return;
+        memcpy(dir, path, n);
+        dir[n] = '\0';
+        d = dir;
+    }
+    int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
+int ut_write_atomic(const char *path, const void *data, size_t n, mode_t mode, char *err,
+                    size_t errlen)
+{
+    char tmp[PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= (int)sizeof tmp) {
+        snprintf(err, errlen, "%s: %s", path, strerror(ENAMETOOLONG));
+        return -ENAMETOOLONG;
+    }
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(err, errlen, "%s: cannot create a temporary file: %s", path, strerror(e));
+        return -e;
+    }
+    fchmod(fd, mode);
+    int e = 0;
+    for (const char *p = data; n > 0;) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            e = w < 0 ? errno : EIO;
+            break;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    if (!e && fsync(fd) != 0)
+        e = errno;
+    if (close(fd) != 0 && !e)
+        e = errno;
+    if (e) {
+        snprintf(err, errlen, "%s: write failed: %s", tmp, strerror(e));
+        unlink(tmp);
+        return -e;
+    }
+    if (rename(tmp, path) != 0) {
+        e = errno;
+        snprintf(err, errlen, "%s: rename failed: %s", path, strerror(e));
+        unlink(tmp);
+        return -e;
+    }
+    fsync_parent(path);
+    return 0;
 }

@@ -2,8 +2,9 @@
  *
  * A device is a driver: open it, load a model into it, begin a sequence (its KV
  * slots), run one runlist at a time, reset it after a fault, close it. A runlist
- * (engine/worker/plan.h) is an ordered list of commands — EMBED, LAYER i, HEAD — over one
- * batch of positions; running it ends in an XRT command state (engine/ert.h), and
+ * (struct eng_runlist below; the worker's planner, engine/worker/plan.h, makes
+ * them) is an ordered list of commands — EMBED, LAYER i, HEAD — over one batch of
+ * positions; running it ends in an XRT command state (engine/ert.h), and
  * only ENG_ERT_COMPLETED is success.
  *
  * Shape: `struct eng_device` is a `const struct eng_device_i *` of function
@@ -28,11 +29,36 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/engine.h"
-#include "engine/ert.h"
 #include "engine/device/fault.h"
-#include "engine/model/model.h"
-#include "engine/worker/plan.h"
+#include "engine/ert.h"
+#include "engine/types.h"
+
+/* ---- runlists ------------------------------------------------------------------
+ * What a device runs. The worker's planner (engine/worker/plan.h) cuts a step into
+ * runlists; a device only executes them, so the types live here. */
+
+/* K meaning "all layers in one runlist" (the value of cfg's CFG_RUNLIST_ALL). */
+#define ENG_PLAN_ALL (-1)
+
+enum eng_cmd_kind {
+    ENG_CMD_EMBED = 0,   /* token embedding of the batch */
+    ENG_CMD_LAYER,       /* one decoder layer (attention + MLP) */
+    ENG_CMD_HEAD,        /* final norm + lm_head */
+};
+
+struct eng_cmd {
+    enum eng_cmd_kind kind;
+    int layer;           /* LAYER: 0 .. n_layers-1; EMBED/HEAD: -1 */
+};
+
+struct eng_runlist {
+    int index;                   /* position in the step, 0 .. n_runlists-1 */
+    const struct eng_cmd *cmds;  /* its commands, in order (points into the plan) */
+    int n_cmds;
+    int layer_begin, layer_end;  /* its LAYER commands are [layer_begin, layer_end);
+                                    equal for the head runlist */
+    bool has_embed, has_head;
+};
 
 /* A sequence on a device: its KV cache. Opaque; each backend defines it. */
 typedef struct eng_device_seq eng_device_seq;
@@ -73,9 +99,8 @@ struct eng_device_opts {
     enum eng_act act;           /* ENG_ACT_Q8 (default) or ENG_ACT_F32 */
     enum eng_qk_norm qk_norm;
     enum eng_weights_place weights;
-    void (*warn)(void *ctx, const char *msg);   /* model warnings; may be NULL */
-    void *warn_ctx;
-    void (*log)(void *ctx, enum eng_log_level level, const char *msg); /* may be NULL */
+    eng_log_fn log;             /* the model's lines, warnings included; may be NULL */
+    void *log_ctx;
 
     /* sim: the model of NPU firmware */
     int sim_runlist_limit;      /* a runlist with more LAYER commands runs nothing, hangs

@@ -12,6 +12,7 @@
  * linear in the text. */
 #include "engine/grammar/gram-impl.h"
 #include "util/buf.h"
+#include "util/utf8.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -149,50 +150,20 @@ static int emit_byte_range(struct parser *ps, int rule, unsigned lo, unsigned hi
 
 /* ---- UTF-8 ---------------------------------------------------------------------- */
 
+/* util/utf8.h encodes and decodes; the grammar only calls it. Code points here
+ * are never surrogates nor past U+10FFFF (escapes refuse them, ranges skip them). */
 static int utf8_encode(uint32_t cp, unsigned char *out)
 {
-    if (cp < 0x80) {
-        out[0] = (unsigned char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (unsigned char)(0xC0 | (cp >> 6));
-        out[1] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (unsigned char)(0xE0 | (cp >> 12));
-        out[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (unsigned char)(0xF0 | (cp >> 18));
-    out[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (unsigned char)(0x80 | (cp & 0x3F));
-    return 4;
+    return ut_utf8_encode(cp, (char *)out);
 }
 
 /* One code point of the grammar text (which must be UTF-8). */
 static int utf8_decode(struct parser *ps, uint32_t *cp)
 {
-    const unsigned char *s = (const unsigned char *)ps->p;
-    size_t left = (size_t)(ps->end - ps->p);
-    int n = s[0] < 0x80 ? 1 : (s[0] & 0xE0) == 0xC0 ? 2 : (s[0] & 0xF0) == 0xE0 ? 3
-            : (s[0] & 0xF8) == 0xF0 ? 4 : 0;
-    if (!n || (size_t)n > left)
-        return fail(ps, "invalid UTF-8");
-    uint32_t c = n == 1 ? s[0] : s[0] & (0x3F >> (n - 1));
-    for (int i = 1; i < n; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return fail(ps, "invalid UTF-8");
-        c = (c << 6) | (s[i] & 0x3F);
-    }
-    static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (c < min[n] || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
+    int n = ut_utf8_decode(ps->p, (size_t)(ps->end - ps->p), cp);
+    if (n <= 0)
         return fail(ps, "invalid UTF-8");
     ps->p += n;
-    *cp = c;
     return 0;
 }
 

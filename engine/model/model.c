@@ -15,7 +15,6 @@
 
 #include "engine/err.h"
 #include "util/fs.h"
-#include "util/msg.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -49,10 +48,14 @@ static size_t mat_bytes(const struct eng_mat *m)
 static void warnf(const eng_model *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void warnf(const eng_model *m, const char *fmt, ...)
 {
+    if (!m->opts.log)
+        return;
+    char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    ut_vmsgf(m->opts.warn, m->opts.warn_ctx, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    m->opts.log(m->opts.log_ctx, ENG_LOG_WARN, msg);
 }
 
 /* ---- the weight files ------------------------------------------------------- */

@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/engine.h"
+#include "engine/types.h"
 
 typedef struct eng_model eng_model;
 typedef struct eng_seq eng_seq;
@@ -38,11 +38,10 @@ struct eng_model_opts {
     enum eng_qk_norm qk_norm;
     int no_kv_dedup;        /* compute replicated KV heads as stored (tests) */
     enum eng_weights_place weights;  /* 0: the file mapping */
-    void (*warn)(void *ctx, const char *msg); /* one line per warning; may be NULL */
-    void *warn_ctx;
-    /* (optional) lines of every level (the weights' copy: progress, huge pages),
-     * warnings included; given warn_ctx. Without it warnings go to warn. */
-    void (*log)(void *ctx, enum eng_log_level level, const char *msg);
+    /* (optional) one line per finding: warnings (the all-ones QK-norm shim) and
+     * the weights' copy (progress, huge pages) at INFO. */
+    eng_log_fn log;
+    void *log_ctx;
 };
 
 struct eng_model_info {

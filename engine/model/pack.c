@@ -7,7 +7,7 @@
  * names the file and the field, because the user's next step is to fix that file.
  */
 #include "engine/err.h"
-#include "engine/engine.h"
+#include "engine/types.h"
 #include "util/fs.h"
 
 #include <errno.h>
@@ -136,7 +136,7 @@ static int read_hparams(json_t *cfg, const char *path, struct eng_hparams *hp, c
  * may replicate the KV heads, so counted as n_heads), plus 10% and 64 MiB for
  * headers, alignment and extra tensors. A file above it is not this model's
  * weights: a sparse or corrupt file would otherwise be mapped and "loaded" as
- * "weights 1048576.0 MiB" (issue 14, item 13). */
+ * "weights 1048576.0 MiB". */
 static double max_weights_bytes(const struct eng_hparams *hp)
 {
     double e = hp->n_embd, q = (double)hp->n_heads * hp->head_dim;

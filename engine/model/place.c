@@ -4,7 +4,7 @@
  * that is 4 KB pages (ext4 gives a file mapping no huge pages, madvise or not),
  * and on a VM each TLB miss walks two page tables: a 2-thread read of the 2b
  * pack measured 16-43 GB/s through the mapping against 55-70 GB/s from the same
- * bytes in 2 MB-page anonymous memory (issue 15). So at load everything but the
+ * bytes in 2 MB-page anonymous memory. So at load everything but the
  * embedding (read one row per token; it stays mapped) is copied once, in parallel
  * on the model's compute pool, into 2 MB-aligned anonymous memory: hugetlbfs pages
  * when the admin reserved enough (MAP_HUGETLB), else transparent huge pages
@@ -62,9 +62,7 @@ static void say(const eng_model *m, enum eng_log_level lv, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (m->opts.log)
-        m->opts.log(m->opts.warn_ctx, lv, msg);
-    else if (lv <= ENG_LOG_WARN && m->opts.warn)
-        m->opts.warn(m->opts.warn_ctx, msg);
+        m->opts.log(m->opts.log_ctx, lv, msg);
 }
 
 /* "Key:   123 kB" of /proc/meminfo, in bytes; -1 when absent. */

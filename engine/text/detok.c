@@ -161,7 +161,7 @@ int eng_detok_push(eng_detok *d, int32_t id, char **out, bool *stopped)
         return 0;
     int rc;
     if (eng__tokenizer_is_added(d->t, id)) {
-        rc = eng__utf8_repair(&d->held, d->pending.p, d->pending.n, false, NULL);
+        rc = ut_utf8_repair(&d->held, d->pending.p, d->pending.n, false, NULL);
         d->pending.n = 0;
         if (rc == 0)
             rc = ut_buf_add(&d->held, b, k);
@@ -174,7 +174,7 @@ int eng_detok_push(eng_detok *d, int32_t id, char **out, bool *stopped)
         if (rc == 0)
             rc = ut_buf_add(&d->scratch, b, k);
         if (rc == 0)
-            rc = eng__utf8_repair(&d->held, d->scratch.p, d->scratch.n, true, &held_back);
+            rc = ut_utf8_repair(&d->held, d->scratch.p, d->scratch.n, true, &held_back);
         d->pending.n = 0;
         if (rc == 0)
             rc = ut_buf_add(&d->pending, d->scratch.p + d->scratch.n - held_back, held_back);
@@ -190,7 +190,7 @@ int eng_detok_flush(eng_detok *d, char **out)
     *out = NULL;
     if (d->stopped)
         return 0;
-    int rc = eng__utf8_repair(&d->held, d->pending.p, d->pending.n, false, NULL);
+    int rc = ut_utf8_repair(&d->held, d->pending.p, d->pending.n, false, NULL);
     d->pending.n = 0;
     if (rc)
         return rc;

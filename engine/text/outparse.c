@@ -23,6 +23,7 @@
 #include "engine/outparse.h"
 #include "engine/text/outparse-impl.h"
 #include "util/buf.h"
+#include "util/utf8.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -79,8 +80,7 @@ struct eng_outparse {
     bool failed;                /* an allocation failed; only _free is safe */
     bool finished;
 
-    uint8_t u8[4];              /* an incomplete UTF-8 sequence from the last feed */
-    int u8n, u8len;
+    struct ut_utf8_stream u8;   /* a character the last feed cut */
 
     ut_buf buf;            /* valid UTF-8, not yet consumed from `pos` on */
     size_t pos;
@@ -190,45 +190,24 @@ static int emit_text(struct eng_delta_list *out, size_t first, enum eng_delta_ki
 
 /* ---- UTF-8 repair ------------------------------------------------------------------ */
 
-static const char REPLACEMENT[] = "\xEF\xBF\xBD";
+static const char REPLACEMENT[] = UT_UTF8_REPLACEMENT;
 
-/* Appends byte `c` of the input to the buffer, repairing invalid UTF-8. */
-static int utf8_push(eng_outparse *p, uint8_t c)
+/* Appends text[0 .. len) of the output to the buffer as valid UTF-8 (util/utf8.h:
+ * a character cut between two feeds is joined, each maximal invalid subpart is one
+ * U+FFFD). A NUL byte is one U+FFFD too: deltas are C strings. */
+static int utf8_push(eng_outparse *p, const char *text, size_t len)
 {
-    if (p->u8n > 0) {
-        uint8_t lead = p->u8[0];
-        uint8_t lo = 0x80, hi = 0xBF;
-        if (p->u8n == 1) {  /* the second byte excludes overlongs and surrogates */
-            if (lead == 0xE0) lo = 0xA0;
-            else if (lead == 0xED) hi = 0x9F;
-            else if (lead == 0xF0) lo = 0x90;
-            else if (lead == 0xF4) hi = 0x8F;
-        }
-        if (c >= lo && c <= hi) {
-            p->u8[p->u8n++] = c;
-            if (p->u8n < p->u8len)
-                return 0;
-            p->u8n = 0;
-            return ut_buf_add(&p->buf, (const char *)p->u8, (size_t)p->u8len);
-        }
-        /* The sequence so far is a maximal invalid subpart; c starts afresh. */
-        p->u8n = 0;
-        if (ut_buf_add(&p->buf, REPLACEMENT, 3) != 0)
+    const char *nul;
+    while ((nul = memchr(text, '\0', len)) != NULL) {
+        size_t k = (size_t)(nul - text);
+        if (ut_utf8_stream_feed(&p->u8, &p->buf, text, k) != 0 ||
+            ut_utf8_stream_finish(&p->u8, &p->buf) != 0 ||
+            ut_buf_add(&p->buf, REPLACEMENT, 3) != 0)
             return -ENOMEM;
+        text += k + 1;
+        len -= k + 1;
     }
-    if (c == 0)  /* deltas are C strings */
-        return ut_buf_add(&p->buf, REPLACEMENT, 3);
-    if (c < 0x80) {
-        char ch = (char)c;
-        return ut_buf_add(&p->buf, &ch, 1);
-    }
-    int len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-    if (len == 0)
-        return ut_buf_add(&p->buf, REPLACEMENT, 3);
-    p->u8[0] = c;
-    p->u8n = 1;
-    p->u8len = len;
-    return 0;
+    return ut_utf8_stream_feed(&p->u8, &p->buf, text, len);
 }
 
 /* ---- arguments (typed in outparse-args.c) ------------------------------------- */
@@ -604,10 +583,8 @@ int eng_outparse_feed(eng_outparse *p, const char *text, size_t len, struct eng_
     if (p->finished)
         return 0;
     compact(p);
-    for (size_t i = 0; i < len; i++) {
-        if (utf8_push(p, (uint8_t)text[i]) != 0)
-            goto oom;
-    }
+    if (utf8_push(p, text, len) != 0)
+        goto oom;
     if (run(p, out, out->n, false) != 0)
         goto oom;
     return 0;
@@ -623,11 +600,8 @@ int eng_outparse_finish(eng_outparse *p, struct eng_delta_list *out)
     if (p->finished)
         return 0;
     p->finished = true;
-    if (p->u8n > 0) {  /* the output ended inside a character */
-        p->u8n = 0;
-        if (ut_buf_add(&p->buf, REPLACEMENT, 3) != 0)
-            goto oom;
-    }
+    if (ut_utf8_stream_finish(&p->u8, &p->buf) != 0)  /* ended inside a character */
+        goto oom;
     if (p->buf.n == 0)
         return 0;
     if (run(p, out, out->n, true) != 0)

@@ -33,7 +33,7 @@ int eng_prompt_build(const eng_tokenizer *tok, const struct eng_chat_params *par
         p.eos_token = "</s>";
     out->text = eng_chat_render(&p, err, errlen, param, paramlen);
     if (!out->text)
-        return -EINVAL;
+        return errno == ENOMEM ? -ENOMEM : -EINVAL;
     out->thinking = p.thinking;
     if (p.continue_final)
         out->thinking = continued_thinking(out->text);

@@ -152,6 +152,7 @@ struct ctx {
     char *param;
     size_t paramlen;
     bool failed;
+    bool oom;                   /* the failure is out of memory, not the request */
 };
 
 /* Record the (first) failure: `msg` for err, then printf-style the param path. */
@@ -178,6 +179,13 @@ static void fail(struct ctx *c, const char *msg, const char *param_fmt, ...)
             va_end(ap);
         }
     }
+}
+
+static void fail_oom(struct ctx *c)
+{
+    if (!c->failed)
+        c->oom = true;
+    fail(c, "out of memory", NULL);
 }
 
 static bool role_parse(const json_t *v, enum role *out)
@@ -224,7 +232,7 @@ static void join_parts(struct ctx *c, size_t i, struct msg *m)
         add(&b, str_of(text));
     }
     if (b.oom) {
-        fail(c, "out of memory", NULL);
+        fail_oom(c);
         ut_buf_free(&b);
         return;
     }
@@ -256,7 +264,7 @@ static void parse_args(struct ctx *c, size_t i, size_t j, const json_t *call, js
     if (strspn(s.p, " \t\n\r") == s.n) { /* "" means no arguments, not an error */
         *out = json_object();
         if (!*out)
-            fail(c, "out of memory", NULL);
+            fail_oom(c);
         return;
     }
     json_error_t je;
@@ -304,7 +312,7 @@ static void map_message(struct ctx *c, size_t i, const json_t *obj, struct msg *
     m->calls = calls;
     m->args = calloc(json_array_size(calls), sizeof *m->args);
     if (!m->args) {
-        fail(c, "out of memory", NULL);
+        fail_oom(c);
         return;
     }
     for (size_t j = 0; j < json_array_size(calls) && !c->failed; j++)
@@ -326,7 +334,7 @@ static void map_messages(struct ctx *c)
     }
     c->m = calloc(c->n, sizeof *c->m);
     if (!c->m) {
-        fail(c, "out of memory", NULL);
+        fail_oom(c);
         return;
     }
     for (size_t i = 0; i < c->n && !c->failed; i++)
@@ -363,7 +371,7 @@ static void render_system_with_tools(struct ctx *c)
     }
     ut_buf_adds(&defs, TOOLS_TAIL);
     if (defs.oom) {
-        fail(c, "out of memory", NULL);
+        fail_oom(c);
         goto out;
     }
     struct str d = {defs.p, defs.n};
@@ -645,13 +653,14 @@ char *eng_chat_render(const struct eng_chat_params *p, char *err, size_t errlen,
     if (!c.failed && !c.out.oom && p->continue_final && c.n > 0)
         cut_after_final(&c);
     if (!c.failed && c.out.oom)
-        fail(&c, "out of memory", NULL);
+        fail_oom(&c);
     /* Jinja2 would print a NUL; a C string prompt cannot carry one. */
     if (!c.failed && strlen(c.out.p) != c.out.n)
         fail(&c, "a string in the request contains a NUL character", NULL);
     unmap_messages(&c);
     if (c.failed) {
         ut_buf_free(&c.out);
+        errno = c.oom ? ENOMEM : EINVAL;
         return NULL;
     }
     return c.out.p;

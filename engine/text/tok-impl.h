@@ -6,6 +6,7 @@
 #define MINICPMD_ENGINE_TOK_IMPL_H
 
 #include "engine/tokenizer.h"
+#include "util/utf8.h"
 #include "util/buf.h"
 
 #include <jansson.h>
@@ -43,18 +44,11 @@ struct tok_ids {
 int eng__ids_push(struct tok_ids *ids, int32_t id);
 
 
-/* ---- UTF-8 (pretok.c) ---------------------------------------------------- */
+/* ---- UTF-8 (util/utf8.h does the decoding and the repair) ----------------- */
 
-/* Length of the longest prefix of s that is valid UTF-8 (== n when all of it is). */
-size_t eng__utf8_valid_prefix(const char *s, size_t n);
-
-/* Append s to out with every ill-formed subsequence replaced by U+FFFD exactly as
- * the WHATWG "UTF-8 decode" (TextDecoder, fatal=false) does: one U+FFFD per maximal
- * subpart. With `hold` set, an incomplete but so-far-valid sequence at the very end
- * is not replaced: its length is returned in *held (the caller keeps those bytes). */
-int eng__utf8_repair(ut_buf *out, const char *s, size_t n, bool hold, size_t *held);
-
-/* Decode one code point from valid UTF-8; returns its length. */
+/* One code point of s[0 .. n), n >= 1, which the tokenizer has already made valid
+ * UTF-8 (ut_utf8_repair); returns its length. Bytes that are not UTF-8 anyway give
+ * *cp = -1 and the length of their maximal subpart, as the repair would. */
 int eng__utf8_next(const char *s, size_t n, int32_t *cp);
 
 /* JavaScript's String.prototype.trim whitespace (WhiteSpace + LineTerminator). */

@@ -1,5 +1,5 @@
-/* Small shared pieces of the tokenizer: growable buffers, UTF-8 (WHATWG repair,
- * validation, JavaScript's whitespace) and the GPT-2 byte <-> unicode map. */
+/* Small shared pieces of the tokenizer: growable buffers, code points (over
+ * util/utf8.h), JavaScript's whitespace and the GPT-2 byte <-> unicode map. */
 #include "engine/text/tok-impl.h"
 
 #include <errno.h>
@@ -51,106 +51,16 @@ void eng__pieces_free(struct tok_pieces *p)
 
 /* ==== UTF-8 =============================================================== */
 
-/* One step of the WHATWG UTF-8 decoder from s[i]: returns the length of a valid
- * sequence (> 0), or -(length of the maximal subpart) for an ill-formed one, or 0
- * for a valid but incomplete sequence cut by the end of the input. */
-static int utf8_step(const unsigned char *s, size_t n, size_t i)
-{
-    unsigned char b = s[i];
-    if (b < 0x80)
-        return 1;
-    int need;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (b >= 0xC2 && b <= 0xDF) {
-        need = 1;
-    } else if (b >= 0xE0 && b <= 0xEF) {
-        need = 2;
-        if (b == 0xE0)
-            lo = 0xA0;
-        if (b == 0xED)
-            hi = 0x9F;
-    } else if (b >= 0xF0 && b <= 0xF4) {
-        need = 3;
-        if (b == 0xF0)
-            lo = 0x90;
-        if (b == 0xF4)
-            hi = 0x8F;
-    } else {
-        return -1;
-    }
-    for (int k = 1; k <= need; k++) {
-        if (i + k >= n)
-            return 0;
-        unsigned char c = s[i + k];
-        if (c < lo || c > hi)
-            return -k;   /* the bytes before c form the maximal subpart */
-        lo = 0x80;
-        hi = 0xBF;
-    }
-    return need + 1;
-}
-
-size_t eng__utf8_valid_prefix(const char *str, size_t n)
-{
-    const unsigned char *s = (const unsigned char *)str;
-    size_t i = 0;
-    while (i < n) {
-        if (s[i] < 0x80) {
-            i++;
-            continue;
-        }
-        int k = utf8_step(s, n, i);
-        if (k <= 0)
-            return i;
-        i += (size_t)k;
-    }
-    return n;
-}
-
-int eng__utf8_repair(ut_buf *out, const char *str, size_t n, bool hold, size_t *held)
-{
-    static const char fffd[] = "\xEF\xBF\xBD";
-    const unsigned char *s = (const unsigned char *)str;
-    size_t i = 0, run = 0;
-    if (held)
-        *held = 0;
-    if (n == 0)
-        return ut_buf_add(out, "", 0);
-    while (i < n) {
-        if (s[i] < 0x80) {
-            i++;
-            continue;
-        }
-        int k = utf8_step(s, n, i);
-        if (k > 0) {
-            i += (size_t)k;
-            continue;
-        }
-        if (ut_buf_add(out, str + run, i - run))
-            return -ENOMEM;
-        if (k == 0 && hold) {
-            if (held)
-                *held = n - i;
-            return 0;
-        }
-        if (ut_buf_add(out, fffd, 3))
-            return -ENOMEM;
-        i = k == 0 ? n : i + (size_t)-k;
-        run = i;
-    }
-    return ut_buf_add(out, str + run, n - run);
-}
-
 int eng__utf8_next(const char *str, size_t n, int32_t *cp)
 {
-    utf8proc_int32_t c;
-    utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)str, (utf8proc_ssize_t)n, &c);
+    uint32_t c;
+    int k = ut_utf8_decode(str, n, &c);
     if (k <= 0) {
         *cp = -1;
-        return 1;
+        return k < 0 ? -k : (int)n;
     }
-    *cp = c;
-    return (int)k;
+    *cp = (int32_t)c;
+    return k;
 }
 
 bool eng__js_space(int32_t cp)

@@ -286,8 +286,8 @@ int eng_tokenizer_encode(const eng_tokenizer *t, const char *text, size_t len, b
     *ids = NULL;
     if (!text && len)
         return -EINVAL;
-    if (eng__utf8_valid_prefix(text, len) != len) {
-        if ((rc = eng__utf8_repair(&fixed, text, len, false, NULL)))
+    if (ut_utf8_valid_prefix(text, len) != len) {
+        if ((rc = ut_utf8_repair(&fixed, text, len, false, NULL)))
             goto out;
         text = fixed.p;
         len = fixed.n;
@@ -461,7 +461,7 @@ char *eng_tokenizer_decode_len(const eng_tokenizer *t, const int32_t *ids, size_
         size_t k = i < n ? eng_tokenizer_token_bytes(t, ids[i], skip_special, &b) : 0;
         bool added = i < n && k > 0 && t->is_added[ids[i]];
         if (i == n || added) {
-            rc = eng__utf8_repair(&out, run.p, run.n, false, NULL);
+            rc = ut_utf8_repair(&out, run.p, run.n, false, NULL);
             run.n = 0;
             if (rc == 0 && added)
                 rc = ut_buf_add(&out, b, k);

@@ -368,74 +368,23 @@ static int make_parent(const char *path, char *err, size_t errlen)
     return rc;
 }
 
-static void fsync_parent(const char *path)
-{
-    char *dir = strdup(path);
-    if (!dir)
-        return;
-    char *slash = strrchr(dir, '/');
-    const char *d = ".";
-    if (slash) {
-        *(slash == dir ? slash + 1 : slash) = '\0';
-        d = dir;
-    }
-    int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-    free(dir);
-}
-
-/* Write `root` to path atomically: tmp file beside it, fsync, rename. */
+/* Write `root` to path atomically (util/fs.h): a reader never sees half a file,
+ * and a crash leaves the old state or the new one. */
 static int write_atomic(const char *path, const json_t *root, char *err, size_t errlen)
 {
-    size_t n = strlen(path);
-    char *tmp = malloc(n + 8);
-    if (!tmp)
+    char *text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
+    if (!text)
         return eng__fail(err, errlen, -ENOMEM, "out of memory");
-    memcpy(tmp, path, n);
-    memcpy(tmp + n, ".XXXXXX", 8);
-    int fd = mkostemp(tmp, O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        free(tmp);
-        return eng__fail(err, errlen, -e, "%s: cannot create a temporary file: %s", path,
-                         strerror(e));
+    size_t n = strlen(text);
+    char *line = realloc(text, n + 2);   /* the file ends in a newline */
+    if (!line) {
+        free(text);
+        return eng__fail(err, errlen, -ENOMEM, "out of memory");
     }
-    int rc = 0;
-    FILE *f = fdopen(fd, "w");
-    if (!f) {
-        int e = errno;
-        close(fd);
-        rc = eng__fail(err, errlen, -e, "%s: %s", tmp, strerror(e));
-        goto out;
-    }
-    fchmod(fd, 0644);
-    errno = 0;
-    int dumped = json_dumpf(root, f, JSON_INDENT(2) | JSON_SORT_KEYS);
-    int wrote = dumped == 0 && fputc('\n', f) != EOF && fflush(f) == 0 && fsync(fd) == 0;
-    int e = errno;
-    if (fclose(f) != 0 && wrote) {
-        wrote = 0;
-        e = errno;
-    }
-    if (!wrote) {
-        if (!e)
-            e = EIO;
-        rc = eng__fail(err, errlen, -e, "%s: write failed: %s", tmp, strerror(e));
-        goto out;
-    }
-    if (rename(tmp, path) != 0) {
-        e = errno;
-        rc = eng__fail(err, errlen, -e, "%s: rename failed: %s", path, strerror(e));
-        goto out;
-    }
-    fsync_parent(path);
-out:
-    if (rc)
-        unlink(tmp);
-    free(tmp);
+    line[n] = '\n';
+    line[n + 1] = '\0';
+    int rc = ut_write_atomic(path, line, n + 1, 0644, err, errlen);
+    free(line);
     return rc;
 }
 

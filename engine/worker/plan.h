@@ -52,34 +52,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "engine/engine.h"
+#include "engine/device/device.h"  /* eng_cmd, eng_runlist, ENG_PLAN_ALL */
 #include "engine/ert.h"
-
-/* K meaning "all layers in one runlist" (the value of cfg's CFG_RUNLIST_ALL). */
-#define ENG_PLAN_ALL (-1)
+#include "engine/types.h"
 
 /* Upper bound on n_layers the planner accepts (sanity, not a model limit). */
 #define ENG_PLAN_MAX_LAYERS 4096
-
-enum eng_cmd_kind {
-    ENG_CMD_EMBED = 0,   /* token embedding of the batch */
-    ENG_CMD_LAYER,       /* one decoder layer (attention + MLP) */
-    ENG_CMD_HEAD,        /* final norm + lm_head */
-};
-
-struct eng_cmd {
-    enum eng_cmd_kind kind;
-    int layer;           /* LAYER: 0 .. n_layers-1; EMBED/HEAD: -1 */
-};
-
-struct eng_runlist {
-    int index;                   /* position in the step, 0 .. n_runlists-1 */
-    const struct eng_cmd *cmds;  /* its commands, in order (points into the plan) */
-    int n_cmds;
-    int layer_begin, layer_end;  /* its LAYER commands are [layer_begin, layer_end);
-                                    equal for the head runlist */
-    bool has_embed, has_head;
-};
 
 /* One step's runlists. Caller storage; eng_plan_init fills it, eng_plan_deinit
  * frees what it allocated. All fields are read-only to the caller. */
@@ -134,7 +112,7 @@ int eng_plan_prefill_chunk(int n_prompt, int chunk_tokens, int index,
  *           K is already 1, or when the retries are used up. A smaller K stays for
  *           the next requests even when this one gave up (it continues the search;
  *           it costs one more submission per runlist, not correctness).
- *           K recovers (issue 14, item 12): after probe_tokens tokens run without a
+ *           K recovers: after probe_tokens tokens run without a
  *           fault at a K below the device's default, the next request runs at
  *           min(2K, default) — a probe. A probe that completes resets the interval;
  *           one that hangs halves K back (the usual replay) and doubles the interval

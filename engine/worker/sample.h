@@ -24,8 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/engine.h"
 #include "engine/gen.h"
+#include "engine/types.h"
 
 /* Neutral knobs (temperature 1, penalty_last_n 0, seed 0, no bias), then the pack's
  * generation_config.json (temperature, top_p, top_k, min_p, repetition_penalty when
@@ -33,12 +33,6 @@
  * 0.95). A missing file (or p NULL) leaves the neutral values; a malformed one
  * returns -EINVAL with a one-line reason. */
 int eng_sampling_defaults(const eng_pack *p, struct eng_sampling *s, char *err, size_t errlen);
-
-/* The ids that end generation: generation_config.json eos_token_id (number or
- * array) united with config.json's, deduplicated, ascending. Returns how many were
- * found and written (<= max), or -EINVAL with a reason, also when there are more
- * than max (dropping one would let generation run past it). MiniCPM5: {1, 130073}. */
-int eng_pack_stop_ids(const eng_pack *p, int32_t *ids, int max, char *err, size_t errlen);
 
 typedef struct eng_sampler eng_sampler;
 

@@ -101,7 +101,7 @@ struct eng_worker {
     const eng_tokenizer *tok;
     eng_worker_emit_fn emit;
     void *emit_ctx;
-    void (*log)(void *ctx, enum eng_log_level level, const char *msg);
+    eng_log_fn log;
     void *log_ctx;
     int n_layers, n_vocab, n_ctx, prefill_chunk, queue_size;
     int parallel;                 /* sequences running at once (<= n_slots) */

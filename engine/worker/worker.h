@@ -37,12 +37,12 @@
 #include <stdint.h>
 
 #include "engine/device/device.h"
-#include "engine/engine.h"
 #include "engine/ert.h"
 #include "engine/worker/plan.h"
 #include "engine/gen.h"
 #include "engine/worker/sample.h"
 #include "engine/tokenizer.h"
+#include "engine/types.h"
 
 /* ---- the worker --------------------------------------------------------------- */
 
@@ -73,7 +73,7 @@ struct eng_worker_opts {
     void *gram_vocab_ctx;
     /* (optional) one line per event worth logging (K changes, device faults, the
      * remembered K); called on the worker thread, and on the caller's in new. */
-    void (*log)(void *ctx, enum eng_log_level level, const char *msg);
+    eng_log_fn log;
     void *log_ctx;
 };
 

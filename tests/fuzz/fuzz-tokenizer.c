@@ -112,7 +112,7 @@ static char *stream(const eng_tokenizer *t, const int32_t *ids, size_t n, bool s
         CHECK(r >= 0);
         CHECK((r == 0) == (piece == NULL));
         if (r > 0) {
-            CHECK(eng__utf8_valid_prefix(piece, (size_t)r) == (size_t)r);
+            CHECK(ut_utf8_valid_prefix(piece, (size_t)r) == (size_t)r);
             CHECK(ut_buf_add(&all, piece, (size_t)r) == 0);
         }
         free(piece);
@@ -129,7 +129,7 @@ static void check_ids(const eng_tokenizer *t, const int32_t *ids, size_t n)
         size_t dl, sl, pl;
         char *dec = eng_tokenizer_decode_len(t, ids, n, skip, &dl);
         CHECK(dec);
-        CHECK(eng__utf8_valid_prefix(dec, dl) == dl);
+        CHECK(ut_utf8_valid_prefix(dec, dl) == dl);
         char *s = stream(t, ids, n, skip, NULL, 0, &sl);
         CHECK(sl == dl && memcmp(s, dec, dl) == 0);
         char *p = stream(t, ids, n, skip, stops, 4, &pl);
@@ -155,7 +155,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
             size_t dl;
             char *dec = eng_tokenizer_decode_len(t, ids, (size_t)m, false, &dl);
             CHECK(dec);
-            if (roundtrips[k] && eng__utf8_valid_prefix((const char *)d, n) == n)
+            if (roundtrips[k] && ut_utf8_valid_prefix((const char *)d, n) == n)
                 CHECK(dl == n && memcmp(dec, d, n) == 0);
             free(dec);
             check_ids(t, ids, (size_t)m);

@@ -74,8 +74,9 @@ def make_pack(parent, name="MiniCPM5-2B", config=True, fifo=False):
 class LoadGate:
     """Holds the daemon's model loader back: the daemon waits before loading while
     the gate file (MINICPMD_TEST_LOAD_GATE) exists; release() removes it. A FIFO
-    config.json used to do this, but the daemon now refuses FIFOs at once (issue
-    14, item 5). release() is idempotent: safe to call from finally."""
+    config.json used to do this, but the daemon now refuses FIFOs at once (a FIFO
+    without a writer would block the loader). release() is idempotent: safe to
+    call from finally."""
 
     def __init__(self, directory):
         self.path = os.path.join(directory, "load-gate")

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The demo model's skills over HTTP, as issue 13 states them: held-out instances,
+"""The demo model's skills over HTTP: held-out instances,
 asked through the official OpenAI Node SDK (tests/oracle/skills.mjs), judged here.
 
     tests/integration/skills.py [--url http://127.0.0.1:8001/v1] [--n 50]
@@ -9,7 +9,7 @@ The instances come from tools/train/corpus.py with held=True: prompts, word
 strings, cities and names whose checksum puts them outside the training corpus
 (`corpus.heldout`), so the score measures generalisation, not recall. Without
 --seed a fresh seed is drawn and printed. Used by test_demo.py (fixed seeds)
-and for the README's figures (fresh seeds, --n 200)."""
+and for the figures in docs/usage.md (fresh seeds, --n 200)."""
 import argparse
 import json
 import os
@@ -25,7 +25,8 @@ import corpus  # noqa: E402
 
 ORACLE = os.path.join(ROOT, "tests", "oracle")
 SKILLS = ("arith", "echo", "weather", "followup", "json", "think_on", "think_off")
-# Issue 13's bars, on the default Q4NX demo over HTTP.
+# The share of right answers each skill must reach, on the default Q4NX demo
+# over HTTP: what the demo model was trained to meet.
 TARGETS = {"arith": 0.95, "echo": 0.90, "weather": 0.95, "followup": 0.90, "json": 0.90,
            "think_on": 0.90, "think_off": 0.90}
 

@@ -352,7 +352,7 @@ def deep_chat(d, **kw):
 
 @test
 def sim_head_runlist_fault_names_the_head():
-    """Issue 14 item 13: a fault in the head runlist (final norm + lm_head, no
+    """A fault in the head runlist (final norm + lm_head, no
     layers) was reported as layer_first 42, layer_last 41; it is "runlist":"head"."""
     d = deep_daemon(["--runlist-layers", "21", "--fault", "phase=prefill,layer=head,state=ERROR"])
     r = deep_chat(d)
@@ -371,7 +371,7 @@ def gauge(d, name):
 
 @test
 def sim_auto_k_recovers_after_a_transient_hang():
-    """Issue 14 item 12: one transient hang halved K for good (and wrote it to
+    """One transient hang halved K for good (and wrote it to
     runlist-k.json). Now, after a run of good tokens at K 21, a request probes
     K 42 again, and with the hang gone K stays there and is remembered."""
     d = Daemon(["--device", "sim", "--sim-timeout-ms", "300",
@@ -476,7 +476,7 @@ def assert_health_ok(d, when, device_down=False):
 
 
 def assert_device_down_500(r, code, when):
-    """The README's "could not be reset" answer: 500, an OpenAI error object of type
+    """The "could not be reset" answer of docs/usage.md: 500, an OpenAI error object of type
     device_error with the ERT state's code, and no Retry-After (unlike the 503)."""
     eq(r.status, 500, "status " + when)
     check(r.header("retry-after") is None, "a 500 device error has no Retry-After (%s): %r",

@@ -7,7 +7,7 @@ cache on or off, the sim device replaying after its runlists time out — and
 nearly the same in f32 and from the BF16 checkpoint itself.
 
 The instances are fixed (seeds below), so a run is deterministic; skills.py with
-a fresh seed is how the README's figures were taken. Skips (exit 77) when the npm
+a fresh seed is how the figures in docs/usage.md were taken. Skips (exit 77) when the npm
 oracles are not installed (tools/deps.sh test)."""
 
 import math
@@ -73,10 +73,11 @@ def report(insts, got, what):
 
 
 def meets_targets(sc, what):
-    """Issue 13's bars, with one more miss allowed than the bar's own: the
-    instances are fixed, so this is deterministic on a host, and the slack keeps
-    one answer that another ISA's rounding tips from failing it. The README's
-    figures are the full measurement (skills.py, fresh seeds, 200 per skill)."""
+    """The skills' bars (skills.TARGETS), with one more miss allowed than the
+    bar's own: the instances are fixed, so this is deterministic on a host, and
+    the slack keeps one answer that another ISA's rounding tips from failing it.
+    The figures in docs/usage.md are the full measurement (skills.py, fresh seeds,
+    200 per skill)."""
     for k, (ok, n) in sc.items():
         allowed = math.ceil((1 - skills.TARGETS[k]) * n - 1e-9) + 1
         check(n - ok <= allowed, "%s: %s %d/%d: more than %d wrong (bar %.0f %%)", what, k, ok,
@@ -90,7 +91,8 @@ def check_equal(a, b, what):
 
 
 def check_agree(a, b, what):
-    """At least 95 % of the answers the same (issue 13's bar for BF16 vs Q4NX)."""
+    """At least 95 % of the answers the same (the bar for BF16 vs Q4NX: quantizing
+    may change a few answers, not the skills)."""
     diff = skills.differing(a, b)
     print("%s: %d of %d answers differ" % (what, len(diff), len(a)))
     check(len(diff) <= 0.05 * len(a), "%s: %d of %d answers differ", what, len(diff), len(a))
@@ -101,7 +103,7 @@ INSTS = skills.instances(SEED, N)
 
 @test
 def skills_cpu_int8():
-    """The served default (Q4NX, int8 matmul inputs) meets issue 13's bars on 40
+    """The served default (Q4NX, int8 matmul inputs) meets the skills' bars on 40
     held-out instances of each skill."""
     insts = skills.instances(SEED + 1, 40)
     got = answers([], insts)

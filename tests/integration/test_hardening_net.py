@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The network half of issue 14 (service hardening), on raw sockets: the request
+"""The network half of the service hardening, on raw sockets: the request
 deadline and the connection caps against slow clients, Host/Origin/Content-Type
 checks against DNS rebinding and cross-site requests, message framing, 499 for
 clients that leave, half-closed clients that still read, and streams that end
@@ -152,7 +152,7 @@ class Tricklers:
 
 @test
 def slowloris_request_deadline_frees_every_slot():
-    """Issue 14's done-when: 64 trickling connections with --max-connections 64 and
+    """64 trickling connections with --max-connections 64 and
     a 10 s request deadline: /health answers within 12 s of their start, and every
     trickler is closed. --timeout (idle) is far away: the trickle resets it."""
     d = Daemon(["--max-connections", "64", "--request-timeout", "10",

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""What clients send that peers accept (issue 18, issue 14 item 4), against the real
+"""What clients send that peers accept, against the real
 daemon on the `tiny` pack: max_tokens -1, up to 16 stop strings kept whole (any
 length up to the bound, NUL bytes matched as bytes), /tokenize add_special, and
 an assistant message last in `messages` continued (prefill)."""

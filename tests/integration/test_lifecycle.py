@@ -172,7 +172,7 @@ def sigterm_during_loading():
 
 @test
 def sigterm_blocked_loader_exits_after_grace():
-    """Issue 14 item 5: the loader does not return (held at the gate, as a load
+    """The loader does not return (held at the gate, as a load
     stuck in I/O would be): SIGTERM still ends the process, by the stop watch, once
     --shutdown-timeout + 5 s are over; exit 1 and a log line saying why."""
     d = pack_daemon(["--shutdown-timeout", "1"], gate=True)
@@ -194,7 +194,7 @@ def fifo_pack(d):
 
 @test
 def fifo_config_json_refused_at_once():
-    """Issue 14 item 5: a pack whose config.json is a FIFO fails to load with one
+    """A pack whose config.json is a FIFO fails to load with one
     line saying so (it used to block the loader, and SIGTERM with it, forever)."""
     d = Daemon()
     d.args += ["--model", fifo_pack(d)]
@@ -310,7 +310,7 @@ def check_missing_config_json():
 
 @test
 def check_tokenizer_beyond_vocab():
-    """Issue 14 item 9: an added token whose id is past the model's vocab_size fails
+    """An added token whose id is past the model's vocab_size fails
     --check (and the load) with one line naming the token, instead of loading and
     then answering 400 to every request that contains it."""
     d = Daemon(["--check"])
@@ -465,7 +465,7 @@ def sighup_without_log_file_keeps_running():
 
 @test
 def sigusr1_reopens_log_sigusr2_ignored():
-    """Issue 14 item 13: SIGUSR1/SIGUSR2 used to kill the daemon (their default
+    """SIGUSR1/SIGUSR2 used to kill the daemon (their default
     action). SIGUSR1 now reopens the log like SIGHUP (nginx's USR1); SIGUSR2 is
     ignored."""
     d = Daemon()
@@ -488,7 +488,7 @@ def sigusr1_reopens_log_sigusr2_ignored():
 
 @test
 def model_control_characters_escaped():
-    """Issue 14 item 13: an operator string (--model) with control characters is
+    """An operator string (--model) with control characters is
     printed escaped, on one line, never raw to a terminal or a log."""
     d = Daemon(["--check"])
     pack = make_pack(d.tmp, "a\x1b[31mred\nx")
@@ -502,7 +502,7 @@ def model_control_characters_escaped():
 
 @test
 def weights_copy_logged_and_short_memory_falls_back():
-    """--weights copy (issue 15): the copy and its huge pages are in the log; with
+    """--weights copy: the copy and its huge pages are in the log; with
     MemAvailable short (MINICPMD_TEST_MEMAVAILABLE_MB) the daemon warns and serves
     from the file mapping instead."""
     d = pack_daemon(["--weights", "copy", "--log-level", "debug"])

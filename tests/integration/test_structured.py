@@ -204,7 +204,7 @@ def json_schema_validates_streamed():
 
 @test
 def json_object_parses_as_objects():
-    """Strings in a free-form object are unbounded (README): a random model inside one
+    """Strings in a free-form object are unbounded (docs/api.md): a random model inside one
     may run to max_tokens, which ends in length; every answer that stops parses as
     an object, and most do stop."""
     d = pack_daemon()

@@ -190,7 +190,7 @@ def text_endpoints_need_the_api_key():
 
 
 
-# ---- bounded memory and a lane of their own (issue 14, item 1) -------------------
+# ---- bounded memory and a lane of their own -------------------
 
 
 def proc_mb(pid, key):
@@ -317,7 +317,7 @@ def chat_not_starved_by_a_tokenize_burst():
 
 @test
 def integer_past_int64_names_the_field():
-    """Issue 14 item 13: an integer beyond int64 was "not valid JSON"; it is a 400
+    """An integer beyond int64 was "not valid JSON"; it is a 400
     naming the field."""
     d = pack_daemon()
     body = b'{"content": "x", "with_pieces": 99999999999999999999}'

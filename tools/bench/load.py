@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Load test of the batching worker (issue 16): many streaming clients at once,
+"""Load test of the batching worker: many streaming clients at once,
 some hanging up at random points, against one daemon.
 
     tools/bench/load.py --binary build/minicpmd --model PACK [--clients 32]

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Concurrent streams on one daemon (issue 16): the aggregate decode rate of N
+"""Concurrent streams on one daemon: the aggregate decode rate of N
 streams at once against one stream alone, in the same daemon run, and that each
 stream's greedy text equals the text it gets alone.
 

@@ -1,6 +1,6 @@
 #!/bin/sh
 # tools/bench/peer.sh: minicpmd and llama.cpp side by side, in one run, on the same
-# shapes (issue 15).
+# shapes.
 #
 #   tools/bench/peer.sh [--build DIR] [--work DIR] [--preset 2b] [--threads 2]
 #                       [--prompt 512] [--gen 128] [--reps 3]

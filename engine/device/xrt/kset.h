@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/engine.h"
+#include "engine/types.h"
 
 #define ENG_KSET_MANIFEST "manifest.json"
 #define ENG_KSET_SUBDIR "open_kernels"

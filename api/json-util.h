@@ -1,9 +1,11 @@
-/* Internals of api/chat-req.c shared with chat-req-msgs.c (the messages array)
- * and chat-req-tools.c (tools, tool_choice): refusing a field, reading one, and
- * the checks api_chat_req_parse() calls in turn. Nothing outside those three
- * files includes this. */
-#ifndef MINICPMD_API_CHAT_REQ_IMPL_H
-#define MINICPMD_API_CHAT_REQ_IMPL_H
+/* json-util — api/'s shared JSON helpers, internal to api/: refusing a field with
+ * OpenAI's wording and its JSON path, reading one field of a request body, building
+ * the bodies the other surfaces translate to, and the checks api_chat_req_parse()
+ * calls in turn (implemented in chat-req*.c). The request parsers of every surface
+ * (chat-req*.c, completions.c, ollama.c, responses.c) include it; nothing outside
+ * api/ does. */
+#ifndef MINICPMD_API_JSON_UTIL_H
+#define MINICPMD_API_JSON_UTIL_H
 
 #include "api/chat-req.h"
 
