@@ -368,3 +368,107 @@ MCD_TEST(schema, tool_calls, .init = setup, .fini = teardown)
     eng_grammar_free(g);
     json_decref(tools);
 }
+
+/* A `pattern` schema of type string; the JSON string literal of `pat` is built
+ * here, so the C source holds the regex with one level of escaping. */
+static eng_grammar *from_pattern(const char *pat)
+{
+    json_t *s = json_pack("{s:s, s:s}", "type", "string", "pattern", pat);
+    cr_assert(s);
+    char *text = NULL;
+    struct eng_gram_refusal why = {0};
+    cr_assert_eq(eng_gram_from_schema(s, &text, &why), 0, "%s: %s", pat, why.message);
+    eng_grammar *g = compile(text);
+    free(text);
+    json_decref(s);
+    return g;
+}
+
+static int refused_pattern(const char *pat)
+{
+    json_t *s = json_pack("{s:s, s:s}", "type", "string", "pattern", pat);
+    char *text = NULL;
+    struct eng_gram_refusal why = {0};
+    int rc = eng_gram_from_schema(s, &text, &why);
+    free(text);
+    json_decref(s);
+    if (rc)
+        cr_expect_str_eq(why.keyword, "pattern", "%s", pat);
+    return rc == -EINVAL;
+}
+
+MCD_TEST(pattern, unicode_escapes_inside_a_class, .init = setup, .fini = teardown)
+{
+    /* a common pattern for Chinese names: read as letters u, 4, e... it let "edus" in */
+    eng_grammar *g = from_pattern("^[\\u4e00-\\u9fa5]{2,4}$");
+    cr_assert_eq(matchs(g, "\"张三\""), 1);
+    cr_assert_eq(matchs(g, "\"欧阳娜娜\""), 1);
+    cr_assert_eq(matchs(g, "\"张\""), -1);
+    cr_assert_eq(matchs(g, "\"欧阳娜娜娜\""), -1);
+    cr_assert_eq(matchs(g, "\"edus\""), -1);
+    cr_assert_eq(matchs(g, "\"u4\""), -1);
+    cr_assert_eq(matchs(g, "\"\\u4e00\\u4e01\""), -1); /* the content, not its escapes */
+    cr_assert_eq(matchs(g, "\"龦龦\""), -1);          /* U+9FA6: just past the range */
+    eng_grammar_free(g);
+
+    g = from_pattern("^[\\x41-\\x43\\u{1F600}]+$");
+    cr_assert_eq(matchs(g, "\"AC\xF0\x9F\x98\x80" "B\""), 1);
+    cr_assert_eq(matchs(g, "\"D\""), -1);
+    cr_assert_eq(matchs(g, "\"x\""), -1);
+    eng_grammar_free(g);
+
+    /* the same escapes outside a class, and a surrogate pair as one character */
+    g = from_pattern("^\\x41\\u4e00\\uD83D\\uDE00\\u{1F600}$");
+    cr_assert_eq(matchs(g, "\"A一\xF0\x9F\x98\x80\xF0\x9F\x98\x80\""), 1);
+    cr_assert_eq(matchs(g, "\"x41\""), -1);
+    eng_grammar_free(g);
+}
+
+MCD_TEST(pattern, escapes_inside_a_class_as_ecmascript, .init = setup, .fini = teardown)
+{
+    eng_grammar *g = from_pattern("^[\\d\\-\\]\\\\\\/\\n\\t]$");
+    static const char *const in[] = {"\"7\"", "\"-\"", "\"]\"", "\"\\\\\"", "\"/\"",
+                                     "\"\\n\"", "\"\\t\"", "\"\\u000a\""};
+    static const char *const out[] = {"\"a\"", "\"d\"", "\"n\"", "\"t\"", "\"\\\"\"", "\"\\r\""};
+    for (size_t i = 0; i < sizeof in / sizeof *in; i++)
+        cr_expect_eq(matchs(g, in[i]), 1, "%s", in[i]);
+    for (size_t i = 0; i < sizeof out / sizeof *out; i++)
+        cr_expect_eq(matchs(g, out[i]), -1, "%s", out[i]);
+    eng_grammar_free(g);
+
+    g = from_pattern("^[\\w\\s]{3}$");
+    cr_expect_eq(matchs(g, "\"a_9\""), 1);
+    cr_expect_eq(matchs(g, "\"a b\""), 1);
+    cr_expect_eq(matchs(g, "\"a\\tb\""), 1);
+    cr_expect_eq(matchs(g, "\"a-b\""), -1);
+    eng_grammar_free(g);
+
+    /* '-' first, last and after a range is a literal; \b in a class is a backspace */
+    g = from_pattern("^[-a-c-e]+$");
+    cr_expect_eq(matchs(g, "\"a-be\""), 1);
+    cr_expect_eq(matchs(g, "\"d\""), -1);
+    eng_grammar_free(g);
+    g = from_pattern("^[\\b]$");
+    cr_expect_eq(matchs(g, "\"\\b\""), 1);
+    cr_expect_eq(matchs(g, "\"b\""), -1);
+    eng_grammar_free(g);
+
+    /* a negated class and '.' take '"' and '\' (escaped); '.' no newline */
+    g = from_pattern("^[^a]\\.$");
+    cr_expect_eq(matchs(g, "\"\\\".\""), 1);
+    cr_expect_eq(matchs(g, "\"\\\\.\""), 1);
+    cr_expect_eq(matchs(g, "\"a.\""), -1);
+    eng_grammar_free(g);
+    g = from_pattern("^.$");
+    cr_expect_eq(matchs(g, "\"\\\"\""), 1);
+    cr_expect_eq(matchs(g, "\"\xE4\xB8\x80\""), 1);
+    cr_expect_eq(matchs(g, "\"\\n\""), -1);
+    cr_expect_eq(matchs(g, "\"\\u000a\""), -1);
+    eng_grammar_free(g);
+
+    /* [] matches nothing; a range with a class escape as an end; lone surrogates */
+    static const char *const bad[] = {"[]", "[\\d-z]", "\\uD800", "[\\uDC00-\\uDFFF]",
+                                      "\\u12", "\\u{110000}", "\\x4", "[\\1]", "\\q"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        cr_expect(refused_pattern(bad[i]), "accepted: %s", bad[i]);
+}

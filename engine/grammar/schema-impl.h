@@ -48,5 +48,7 @@ int sc_int_bounds(struct sc *c, const json_t *s, const char *path, long long *lo
 /* A regex `pattern` (the subset pattern.c lists) as a GBNF expression matching the
  * string's content (JSON-escaped unless raw), appended to b. */
 int sc_pattern(struct sc *c, const char *pattern, const char *path, bool raw, ut_buf *b);
+/* The rules the translations name (jdot, xdot), appended to c->out. */
+int sc_pattern_rules(struct sc *c);
 
 #endif

@@ -99,6 +99,7 @@ static void common_rules(struct sc *c)
     /* Plain text of a tool-call parameter: what the template writes without CDATA. */
     ut_buf_adds(o, "xchar ::= [^<&\\n]\n");
     ut_buf_adds(o, "xcdata ::= \"<![CDATA[\" [^\\]]* \"]]>\"\n");
+    sc_pattern_rules(c);
     for (int d = 0; d <= ANY_DEPTH; d++) {
         ut_buf_printf(o, "jvalue%d ::= jstring | jnumber | jbool | \"null\"", d);
         if (d < ANY_DEPTH)
