@@ -323,6 +323,23 @@ MCD_TEST(schema, refusals_name_keyword_and_path)
         {"{\"anyOf\":[{\"type\":\"string\",\"maxLength\":99999}]}", "maxLength", "#/anyOf/0"},
         {"{\"$defs\":{\"x\":{\"type\":\"object\",\"if\":{}}},\"$ref\":\"#/$defs/x\"}", "if",
          "#/$defs/x"},
+        /* degenerate schemas that allow nothing: refused, never compiled to "" */
+        {"{\"type\":[]}", "type", "#"},
+        {"{\"properties\":{\"a\":{\"type\":[]}}}", "type", "#/properties/a"},
+        {"{\"type\":[\"string\",\"nope\"]}", "type", "#"},
+        {"{\"enum\":[]}", "enum", "#"},
+        {"{\"anyOf\":[]}", "anyOf", "#"},
+        {"{\"oneOf\":[false,false]}", "oneOf", "#"},
+        {"{\"type\":\"array\",\"minItems\":3,\"maxItems\":2}", "maxItems", "#"},
+        {"{\"type\":\"string\",\"minLength\":3,\"maxLength\":2}", "maxLength", "#"},
+        {"{\"type\":\"number\",\"minimum\":3,\"maximum\":2}", "minimum", "#"},
+        {"{\"type\":\"integer\",\"exclusiveMinimum\":2,\"exclusiveMaximum\":3}", "minimum", "#"},
+        {"{\"type\":\"string\",\"enum\":[1,2]}", "enum", "#"},
+        {"{\"const\":1,\"enum\":[2]}", "const", "#"},
+        {"{\"type\":\"string\",\"const\":1}", "const", "#"},
+        {"{\"properties\":{\"a\":false},\"required\":[\"a\"]}", "required", "#"},
+        {"{\"properties\":{},\"required\":[\"b\"],\"additionalProperties\":false}",
+         "required", "#"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         json_t *s = json_loads(bad[i][0], 0, NULL);
@@ -471,4 +488,87 @@ MCD_TEST(pattern, escapes_inside_a_class_as_ecmascript, .init = setup, .fini = t
                                       "\\u12", "\\u{110000}", "\\x4", "[\\1]", "\\q"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         cr_expect(refused_pattern(bad[i]), "accepted: %s", bad[i]);
+}
+
+MCD_TEST(schema, degenerate_schemas_compile_to_what_they_allow, .init = setup, .fini = teardown)
+{
+    /* a property whose schema is false may not appear; an anyOf branch that is false
+     * is no branch; enum values of another type than `type` are no values */
+    eng_grammar *g = from_schema("{\"properties\":{\"a\":false,\"b\":{\"type\":\"integer\"}}}");
+    cr_expect_eq(matchs(g, "{\"b\":1}"), 1);
+    cr_expect_eq(matchs(g, "{}"), 1);
+    cr_expect_eq(matchs(g, "{\"a\":1}"), -1);
+    eng_grammar_free(g);
+    g = from_schema("{\"properties\":{\"a\":false}}");
+    cr_expect_eq(matchs(g, "{}"), 1);
+    cr_expect_eq(matchs(g, "{\"a\":1}"), -1);
+    eng_grammar_free(g);
+    g = from_schema("{\"anyOf\":[false,{\"type\":\"null\"}]}");
+    cr_expect_eq(matchs(g, "null"), 1);
+    eng_grammar_free(g);
+    g = from_schema("{\"type\":\"integer\",\"enum\":[1,2.0,2.5,\"3\"]}");
+    cr_expect_eq(matchs(g, "1"), 1);
+    cr_expect_eq(matchs(g, "2.0"), 1);
+    cr_expect_eq(matchs(g, "2.5"), -1);
+    cr_expect_eq(matchs(g, "\"3\""), -1);
+    eng_grammar_free(g);
+    g = from_schema("{\"type\":[\"string\",\"string\",\"null\"],\"nullable\":true}");
+    cr_expect_eq(matchs(g, "null"), 1);
+    cr_expect_eq(matchs(g, "\"x\""), 1);
+    eng_grammar_free(g);
+}
+
+/* A schema of n properties p0..p(n-1), all of them required. */
+static json_t *many_required(size_t n)
+{
+    json_t *props = json_object(), *req = json_array();
+    for (size_t i = 0; i < n; i++) {
+        char k[32];
+        snprintf(k, sizeof k, "p%zu", i);
+        json_object_set_new(props, k, json_pack("{s:s}", "type", "integer"));
+        json_array_append_new(req, json_string(k));
+    }
+    return json_pack("{s:s, s:o, s:o}", "type", "object", "properties", props, "required", req);
+}
+
+MCD_TEST(schema, large_schemas_and_the_text_limit)
+{
+    /* 20,000 required properties: `required` was scanned once per property (40 s at
+     * 80,000); now a hash lookup each */
+    json_t *s = many_required(20000);
+    char *text = NULL;
+    struct eng_gram_refusal why = {0};
+    cr_assert_eq(eng_gram_from_schema(s, &text, &why), 0, "%s", why.message);
+    cr_expect(strstr(text, "\"\\\"p19999\\\"\""));
+    free(text);
+    json_t *tools = json_pack("[{s:s, s:{s:s, s:O}}]", "type", "function", "function", "name", "f",
+                              "parameters", s);
+    text = NULL;
+    cr_assert_eq(eng_gram_from_tools(tools, NULL, 0, &text, &why), 0, "%s", why.message);
+    free(text);
+    json_decref(tools);
+    json_decref(s);
+
+    /* past the size limit of the GBNF text: refused, naming the limit */
+    json_t *any = json_array();
+    for (int i = 0; i < 200000; i++)
+        json_array_append_new(any, json_pack("{s:s}", "type", "integer"));
+    s = json_pack("{s:o}", "anyOf", any);
+    text = NULL;
+    memset(&why, 0, sizeof why);
+    cr_expect_eq(eng_gram_from_schema(s, &text, &why), -EINVAL);
+    cr_expect(!text);
+    cr_expect(strstr(why.message, "limit"), "%s", why.message);
+    json_decref(s);
+    json_t *en = json_array();
+    for (int i = 0; i < 400000; i++) {
+        char v[32];
+        snprintf(v, sizeof v, "value%07d", i);
+        json_array_append_new(en, json_string(v));
+    }
+    s = json_pack("{s:o}", "enum", en);
+    memset(&why, 0, sizeof why);
+    cr_expect_eq(eng_gram_from_schema(s, &text, &why), -EINVAL);
+    cr_expect(strstr(why.message, "limit"), "%s", why.message);
+    json_decref(s);
 }
