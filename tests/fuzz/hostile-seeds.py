@@ -12,6 +12,8 @@ import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CJK = "".join(chr(0x4E00 + i) for i in range(5000))
+# every other one: a class pattern.c cannot merge into a few ranges
+CJK_SPARSE = "".join(chr(0x4E00 + 2 * i) for i in range(5000))
 
 
 def grammar_seeds():
@@ -48,7 +50,7 @@ def schema_seeds():
     s["nested-optional-repeat"] = {"type": "string", "pattern": "^((a?){0,64}){0,64}$"}
     s["cjk-class-escapes"] = {"type": "string", "pattern": "^[\\u4e00-\\u9fa5]{2,4}$"}
     s["enum-4100-shared-prefix"] = {"enum": [f"a{i:05d}" for i in range(4100)]}
-    s["class-5000-cjk"] = {"type": "string", "pattern": "^[" + CJK + "]{1,4}$"}
+    s["class-5000-cjk"] = {"type": "string", "pattern": "^[" + CJK_SPARSE + "]{1,4}$"}
     s["optional-repeat"] = {"type": "string", "pattern": "^(a?){0,4096}$"}
     s["type-empty"] = {"type": []}
     s["required-1000"] = {"type": "object",
