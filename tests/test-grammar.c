@@ -323,6 +323,23 @@ MCD_TEST(schema, refusals_name_keyword_and_path)
         {"{\"anyOf\":[{\"type\":\"string\",\"maxLength\":99999}]}", "maxLength", "#/anyOf/0"},
         {"{\"$defs\":{\"x\":{\"type\":\"object\",\"if\":{}}},\"$ref\":\"#/$defs/x\"}", "if",
          "#/$defs/x"},
+        /* degenerate schemas that allow nothing: refused, never compiled to "" */
+        {"{\"type\":[]}", "type", "#"},
+        {"{\"properties\":{\"a\":{\"type\":[]}}}", "type", "#/properties/a"},
+        {"{\"type\":[\"string\",\"nope\"]}", "type", "#"},
+        {"{\"enum\":[]}", "enum", "#"},
+        {"{\"anyOf\":[]}", "anyOf", "#"},
+        {"{\"oneOf\":[false,false]}", "oneOf", "#"},
+        {"{\"type\":\"array\",\"minItems\":3,\"maxItems\":2}", "maxItems", "#"},
+        {"{\"type\":\"string\",\"minLength\":3,\"maxLength\":2}", "maxLength", "#"},
+        {"{\"type\":\"number\",\"minimum\":3,\"maximum\":2}", "minimum", "#"},
+        {"{\"type\":\"integer\",\"exclusiveMinimum\":2,\"exclusiveMaximum\":3}", "minimum", "#"},
+        {"{\"type\":\"string\",\"enum\":[1,2]}", "enum", "#"},
+        {"{\"const\":1,\"enum\":[2]}", "const", "#"},
+        {"{\"type\":\"string\",\"const\":1}", "const", "#"},
+        {"{\"properties\":{\"a\":false},\"required\":[\"a\"]}", "required", "#"},
+        {"{\"properties\":{},\"required\":[\"b\"],\"additionalProperties\":false}",
+         "required", "#"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         json_t *s = json_loads(bad[i][0], 0, NULL);
@@ -367,4 +384,191 @@ MCD_TEST(schema, tool_calls, .init = setup, .fini = teardown)
     cr_assert_eq(matchs(g, "<function name=\"f\">"), -1);
     eng_grammar_free(g);
     json_decref(tools);
+}
+
+/* A `pattern` schema of type string; the JSON string literal of `pat` is built
+ * here, so the C source holds the regex with one level of escaping. */
+static eng_grammar *from_pattern(const char *pat)
+{
+    json_t *s = json_pack("{s:s, s:s}", "type", "string", "pattern", pat);
+    cr_assert(s);
+    char *text = NULL;
+    struct eng_gram_refusal why = {0};
+    cr_assert_eq(eng_gram_from_schema(s, &text, &why), 0, "%s: %s", pat, why.message);
+    eng_grammar *g = compile(text);
+    free(text);
+    json_decref(s);
+    return g;
+}
+
+static int refused_pattern(const char *pat)
+{
+    json_t *s = json_pack("{s:s, s:s}", "type", "string", "pattern", pat);
+    char *text = NULL;
+    struct eng_gram_refusal why = {0};
+    int rc = eng_gram_from_schema(s, &text, &why);
+    free(text);
+    json_decref(s);
+    if (rc)
+        cr_expect_str_eq(why.keyword, "pattern", "%s", pat);
+    return rc == -EINVAL;
+}
+
+MCD_TEST(pattern, unicode_escapes_inside_a_class, .init = setup, .fini = teardown)
+{
+    /* a common pattern for Chinese names: read as letters u, 4, e... it let "edus" in */
+    eng_grammar *g = from_pattern("^[\\u4e00-\\u9fa5]{2,4}$");
+    cr_assert_eq(matchs(g, "\"张三\""), 1);
+    cr_assert_eq(matchs(g, "\"欧阳娜娜\""), 1);
+    cr_assert_eq(matchs(g, "\"张\""), -1);
+    cr_assert_eq(matchs(g, "\"欧阳娜娜娜\""), -1);
+    cr_assert_eq(matchs(g, "\"edus\""), -1);
+    cr_assert_eq(matchs(g, "\"u4\""), -1);
+    cr_assert_eq(matchs(g, "\"\\u4e00\\u4e01\""), -1); /* the content, not its escapes */
+    cr_assert_eq(matchs(g, "\"龦龦\""), -1);          /* U+9FA6: just past the range */
+    eng_grammar_free(g);
+
+    g = from_pattern("^[\\x41-\\x43\\u{1F600}]+$");
+    cr_assert_eq(matchs(g, "\"AC\xF0\x9F\x98\x80" "B\""), 1);
+    cr_assert_eq(matchs(g, "\"D\""), -1);
+    cr_assert_eq(matchs(g, "\"x\""), -1);
+    eng_grammar_free(g);
+
+    /* the same escapes outside a class, and a surrogate pair as one character */
+    g = from_pattern("^\\x41\\u4e00\\uD83D\\uDE00\\u{1F600}$");
+    cr_assert_eq(matchs(g, "\"A一\xF0\x9F\x98\x80\xF0\x9F\x98\x80\""), 1);
+    cr_assert_eq(matchs(g, "\"x41\""), -1);
+    eng_grammar_free(g);
+}
+
+MCD_TEST(pattern, escapes_inside_a_class_as_ecmascript, .init = setup, .fini = teardown)
+{
+    eng_grammar *g = from_pattern("^[\\d\\-\\]\\\\\\/\\n\\t]$");
+    static const char *const in[] = {"\"7\"", "\"-\"", "\"]\"", "\"\\\\\"", "\"/\"",
+                                     "\"\\n\"", "\"\\t\"", "\"\\u000a\""};
+    static const char *const out[] = {"\"a\"", "\"d\"", "\"n\"", "\"t\"", "\"\\\"\"", "\"\\r\""};
+    for (size_t i = 0; i < sizeof in / sizeof *in; i++)
+        cr_expect_eq(matchs(g, in[i]), 1, "%s", in[i]);
+    for (size_t i = 0; i < sizeof out / sizeof *out; i++)
+        cr_expect_eq(matchs(g, out[i]), -1, "%s", out[i]);
+    eng_grammar_free(g);
+
+    g = from_pattern("^[\\w\\s]{3}$");
+    cr_expect_eq(matchs(g, "\"a_9\""), 1);
+    cr_expect_eq(matchs(g, "\"a b\""), 1);
+    cr_expect_eq(matchs(g, "\"a\\tb\""), 1);
+    cr_expect_eq(matchs(g, "\"a-b\""), -1);
+    eng_grammar_free(g);
+
+    /* '-' first, last and after a range is a literal; \b in a class is a backspace */
+    g = from_pattern("^[-a-c-e]+$");
+    cr_expect_eq(matchs(g, "\"a-be\""), 1);
+    cr_expect_eq(matchs(g, "\"d\""), -1);
+    eng_grammar_free(g);
+    g = from_pattern("^[\\b]$");
+    cr_expect_eq(matchs(g, "\"\\b\""), 1);
+    cr_expect_eq(matchs(g, "\"b\""), -1);
+    eng_grammar_free(g);
+
+    /* a negated class and '.' take '"' and '\' (escaped); '.' no newline */
+    g = from_pattern("^[^a]\\.$");
+    cr_expect_eq(matchs(g, "\"\\\".\""), 1);
+    cr_expect_eq(matchs(g, "\"\\\\.\""), 1);
+    cr_expect_eq(matchs(g, "\"a.\""), -1);
+    eng_grammar_free(g);
+    g = from_pattern("^.$");
+    cr_expect_eq(matchs(g, "\"\\\"\""), 1);
+    cr_expect_eq(matchs(g, "\"\xE4\xB8\x80\""), 1);
+    cr_expect_eq(matchs(g, "\"\\n\""), -1);
+    cr_expect_eq(matchs(g, "\"\\u000a\""), -1);
+    eng_grammar_free(g);
+
+    /* [] matches nothing; a range with a class escape as an end; lone surrogates */
+    static const char *const bad[] = {"[]", "[\\d-z]", "\\uD800", "[\\uDC00-\\uDFFF]",
+                                      "\\u12", "\\u{110000}", "\\x4", "[\\1]", "\\q"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        cr_expect(refused_pattern(bad[i]), "accepted: %s", bad[i]);
+}
+
+MCD_TEST(schema, degenerate_schemas_compile_to_what_they_allow, .init = setup, .fini = teardown)
+{
+    /* a property whose schema is false may not appear; an anyOf branch that is false
+     * is no branch; enum values of another type than `type` are no values */
+    eng_grammar *g = from_schema("{\"properties\":{\"a\":false,\"b\":{\"type\":\"integer\"}}}");
+    cr_expect_eq(matchs(g, "{\"b\":1}"), 1);
+    cr_expect_eq(matchs(g, "{}"), 1);
+    cr_expect_eq(matchs(g, "{\"a\":1}"), -1);
+    eng_grammar_free(g);
+    g = from_schema("{\"properties\":{\"a\":false}}");
+    cr_expect_eq(matchs(g, "{}"), 1);
+    cr_expect_eq(matchs(g, "{\"a\":1}"), -1);
+    eng_grammar_free(g);
+    g = from_schema("{\"anyOf\":[false,{\"type\":\"null\"}]}");
+    cr_expect_eq(matchs(g, "null"), 1);
+    eng_grammar_free(g);
+    g = from_schema("{\"type\":\"integer\",\"enum\":[1,2.0,2.5,\"3\"]}");
+    cr_expect_eq(matchs(g, "1"), 1);
+    cr_expect_eq(matchs(g, "2.0"), 1);
+    cr_expect_eq(matchs(g, "2.5"), -1);
+    cr_expect_eq(matchs(g, "\"3\""), -1);
+    eng_grammar_free(g);
+    g = from_schema("{\"type\":[\"string\",\"string\",\"null\"],\"nullable\":true}");
+    cr_expect_eq(matchs(g, "null"), 1);
+    cr_expect_eq(matchs(g, "\"x\""), 1);
+    eng_grammar_free(g);
+}
+
+/* A schema of n properties p0..p(n-1), all of them required. */
+static json_t *many_required(size_t n)
+{
+    json_t *props = json_object(), *req = json_array();
+    for (size_t i = 0; i < n; i++) {
+        char k[32];
+        snprintf(k, sizeof k, "p%zu", i);
+        json_object_set_new(props, k, json_pack("{s:s}", "type", "integer"));
+        json_array_append_new(req, json_string(k));
+    }
+    return json_pack("{s:s, s:o, s:o}", "type", "object", "properties", props, "required", req);
+}
+
+MCD_TEST(schema, large_schemas_and_the_text_limit)
+{
+    /* 20,000 required properties: `required` was scanned once per property (40 s at
+     * 80,000); now a hash lookup each */
+    json_t *s = many_required(20000);
+    char *text = NULL;
+    struct eng_gram_refusal why = {0};
+    cr_assert_eq(eng_gram_from_schema(s, &text, &why), 0, "%s", why.message);
+    cr_expect(strstr(text, "\"\\\"p19999\\\"\""));
+    free(text);
+    json_t *tools = json_pack("[{s:s, s:{s:s, s:O}}]", "type", "function", "function", "name", "f",
+                              "parameters", s);
+    text = NULL;
+    cr_assert_eq(eng_gram_from_tools(tools, NULL, 0, &text, &why), 0, "%s", why.message);
+    free(text);
+    json_decref(tools);
+    json_decref(s);
+
+    /* past the size limit of the GBNF text: refused, naming the limit */
+    json_t *any = json_array();
+    for (int i = 0; i < 200000; i++)
+        json_array_append_new(any, json_pack("{s:s}", "type", "integer"));
+    s = json_pack("{s:o}", "anyOf", any);
+    text = NULL;
+    memset(&why, 0, sizeof why);
+    cr_expect_eq(eng_gram_from_schema(s, &text, &why), -EINVAL);
+    cr_expect(!text);
+    cr_expect(strstr(why.message, "limit"), "%s", why.message);
+    json_decref(s);
+    json_t *en = json_array();
+    for (int i = 0; i < 400000; i++) {
+        char v[32];
+        snprintf(v, sizeof v, "value%07d", i);
+        json_array_append_new(en, json_string(v));
+    }
+    s = json_pack("{s:o}", "enum", en);
+    memset(&why, 0, sizeof why);
+    cr_expect_eq(eng_gram_from_schema(s, &text, &why), -EINVAL);
+    cr_expect(strstr(why.message, "limit"), "%s", why.message);
+    json_decref(s);
 }

@@ -2,9 +2,17 @@
 # Install what is missing, build, and run every test twice: a normal build and an
 # AddressSanitizer+UndefinedBehaviorSanitizer build; then run each libFuzzer target
 # for MINICPMD_FUZZ_SECONDS (default 20) in a clang build.
+#   tools/test.sh --long [fuzz-NAME...]   (nightly) only the fuzz targets (or the
+#       ones named), each for MINICPMD_FUZZ_RUNS inputs (default 10,000,000) with
+#       the same resource limits: hours per target on 2 cores.
 # Ends with "N passed, N failed, N skipped".
 set -uo pipefail
 cd "$(dirname "$0")/.."
+long=0
+if [ "${1:-}" = "--long" ]; then
+    long=1
+    shift
+fi
 tools/deps.sh test || exit 1
 
 # Sanitizer reports fail tests (the daemon under test inherits these too).
@@ -53,11 +61,19 @@ run_suite() { # builddir, meson test args, meson setup args...
     total_p=$((total_p + p)) total_f=$((total_f + f)) total_s=$((total_s + s))
 }
 
+if [ "$long" -eq 1 ]; then
+    CC=clang run_suite build-fuzz "${*:---suite fuzz}" -Dfuzz=enabled \
+        -Dfuzz_runs="${MINICPMD_FUZZ_RUNS:-10000000}" -Db_sanitize=address,undefined -Db_lundef=false
+    echo "$total_p passed, $total_f failed, $total_s skipped"
+    [ "$total_f" -eq 0 ]
+    exit
+fi
+
 run_suite build ""
 # The numpy whole-model comparisons (suite model) are Python-bound and slow under
 # ASan; the engine runs under ASan in the worker, device and integration tests.
 run_suite build-asan "--no-suite model" -Db_sanitize=address,undefined -Db_lundef=false
-CC=clang run_suite build-fuzz "--suite fuzz" -Dfuzz=enabled \
+CC=clang run_suite build-fuzz "--suite fuzz" -Dfuzz=enabled -Dfuzz_runs=0 \
     -Dfuzz_seconds="${MINICPMD_FUZZ_SECONDS:-20}" -Db_sanitize=address,undefined -Db_lundef=false
 
 echo "$total_p passed, $total_f failed, $total_s skipped"

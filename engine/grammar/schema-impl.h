@@ -35,6 +35,9 @@ void sc_lit(ut_buf *b, const char *s, size_t n);
 void sc_lits(ut_buf *b, const char *s);                 /* sc_lit of a C string */
 int sc_new_rule(struct sc *c);                          /* a fresh rule number */
 int sc_define(struct sc *c, int rule, const ut_buf *body); /* "rN ::= body" */
+/* Refuses (naming the limit) when the text so far and `pending` are over what a
+ * schema may compile to; -ENOMEM when either ran out of memory; else 0. */
+int sc_room(struct sc *c, const ut_buf *pending, const char *path);
 int sc_check_keywords(struct sc *c, const json_t *s, const char *path);
 /* A new rule for the schema s at `path` (raw: strings as plain XML text); its name
  * appended to b. */
@@ -48,5 +51,7 @@ int sc_int_bounds(struct sc *c, const json_t *s, const char *path, long long *lo
 /* A regex `pattern` (the subset pattern.c lists) as a GBNF expression matching the
  * string's content (JSON-escaped unless raw), appended to b. */
 int sc_pattern(struct sc *c, const char *pattern, const char *path, bool raw, ut_buf *b);
+/* The rules the translations name (jdot, xdot), appended to c->out. */
+int sc_pattern_rules(struct sc *c);
 
 #endif

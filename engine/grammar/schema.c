@@ -32,7 +32,10 @@
 #define WS_MAX 16
 #define ANY_DEPTH 5
 #define MAX_NEST 64                 /* schema objects inside each other */
-#define MAX_TEXT (8u << 20)         /* grammar bytes */
+/* The GBNF text one schema (or one request's tools) may compile to. Legit schemas
+ * stay far below it (the largest in the tests: ~2 MB for an anyOf of 80,000
+ * integers); past it the text is not worth handing to the grammar compiler. */
+#define MAX_TEXT (4u << 20)
 
 int sc_refuse(struct sc *c, const char *keyword, const char *path, const char *fmt, ...)
 {
@@ -71,14 +74,21 @@ int sc_new_rule(struct sc *c) { return c->n_rules++; }
 /* "rN ::= body\n" */
 int sc_define(struct sc *c, int rule, const ut_buf *body)
 {
-    if (body->oom)
+    static const ut_buf none;
+    if (body->oom && !c->rc)
         c->rc = -ENOMEM;
-    ut_buf_printf(&c->out, "r%d ::= %s\n", rule, body->p ? body->p : "\"\"");
-    if (c->out.oom && !c->rc)
+    if (!c->rc)
+        ut_buf_printf(&c->out, "r%d ::= %s\n", rule, body->p ? body->p : "\"\"");
+    return sc_room(c, &none, "#");
+}
+
+int sc_room(struct sc *c, const ut_buf *pending, const char *path)
+{
+    if (!c->rc && (pending->oom || c->out.oom))
         c->rc = -ENOMEM;
-    if (c->out.n > MAX_TEXT && !c->rc)
-        return sc_refuse(c, "schema", "#", "the schema makes a grammar over %u bytes",
-                         MAX_TEXT);
+    if (!c->rc && c->out.n + pending->n > MAX_TEXT)
+        return sc_refuse(c, "schema", path, "the schema compiles to a grammar over the limit of "
+                         "%u MiB of GBNF text", MAX_TEXT >> 20);
     return c->rc;
 }
 
@@ -99,6 +109,7 @@ static void common_rules(struct sc *c)
     /* Plain text of a tool-call parameter: what the template writes without CDATA. */
     ut_buf_adds(o, "xchar ::= [^<&\\n]\n");
     ut_buf_adds(o, "xcdata ::= \"<![CDATA[\" [^\\]]* \"]]>\"\n");
+    sc_pattern_rules(c);
     for (int d = 0; d <= ANY_DEPTH; d++) {
         ut_buf_printf(o, "jvalue%d ::= jstring | jnumber | jbool | \"null\"", d);
         if (d < ANY_DEPTH)
@@ -402,27 +413,63 @@ static int gen_object(struct sc *c, const json_t *s, const char *path, int depth
     struct prop *pr = calloc(n_props + n_req + 1, sizeof *pr);
     if (!pr)
         return c->rc = -ENOMEM;
-    size_t n = 0;
-    const char *k;
-    const json_t *v;
-    json_object_foreach((json_t *)props, k, v) pr[n++] = (struct prop){k, v, false};
+    /* `required` as a set (jansson's hash), so that many properties and many
+     * required names cost a lookup each, not a scan of the others */
+    json_t *req_set = json_object();
+    if (!req_set) {
+        free(pr);
+        return c->rc = -ENOMEM;
+    }
     for (size_t i = 0; i < n_req; i++) {
         const char *name = json_string_value(json_array_get(req, i));
         if (!name) {
             free(pr);
+            json_decref(req_set);
             return sc_refuse(c, "required", path, "'required' at %s must list strings", path);
         }
-        size_t j = 0;
-        while (j < n && strcmp(pr[j].key, name) != 0)
-            j++;
-        if (j == n)
-            pr[n++] = (struct prop){name, NULL, true};
-        pr[j].required = true;
+        if (json_object_set_new(req_set, name, json_true())) {
+            free(pr);
+            json_decref(req_set);
+            return c->rc = -ENOMEM;
+        }
     }
+    size_t n = 0;
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)props, k, v) {
+        bool required = json_object_get(req_set, k) != NULL;
+        if (json_is_false(v)) {
+            /* a property that may not appear: left out, unless it must */
+            if (required) {
+                free(pr);
+                json_decref(req_set);
+                return sc_refuse(c, "required", path, "'required' at %s lists '%.60s', whose "
+                                 "schema is false", path, k);
+            }
+            continue;
+        }
+        pr[n++] = (struct prop){k, v, required};
+    }
+    /* required names without a schema: any value, in the order `required` lists
+     * them (once each); none may be there when additionalProperties is false */
+    for (size_t i = 0; i < n_req; i++) {
+        const char *name = json_string_value(json_array_get(req, i));
+        if (json_object_get(props, name) || !json_object_get(req_set, name))
+            continue;
+        if (json_is_false(addl)) {
+            free(pr);
+            json_decref(req_set);
+            return sc_refuse(c, "required", path, "'required' at %s lists '%.60s', which "
+                             "'additionalProperties': false forbids", path, name);
+        }
+        json_object_del(req_set, name);
+        pr[n++] = (struct prop){name, NULL, true};
+    }
+    json_decref(req_set);
     if (n == 0) {
         /* a map: any keys, values of additionalProperties (any when absent or true) */
         free(pr);
-        if (json_is_false(addl)) {
+        if (json_is_false(addl) || n_props) { /* n_props: every one was false */
             ut_buf_adds(b, "\"{\" ws \"}\"");
             return 0;
         }
@@ -593,18 +640,88 @@ static int gen_alts(struct sc *c, const json_t *list, const char *kw, const char
     char p[320];
     if (!json_is_array(list) || json_array_size(list) == 0)
         return sc_refuse(c, kw, path, "'%s' at %s must be a non-empty array", kw, path);
-    size_t i;
+    size_t i, kept = 0;
     const json_t *v;
     ut_buf_addc(b, '(');
     json_array_foreach(list, i, v) {
-        if (i)
+        if (json_is_false(v))
+            continue; /* a branch nothing matches */
+        if (kept++)
             ut_buf_adds(b, " | ");
         snprintf(p, sizeof p, "%.200s/%s/%zu", path, kw, i);
-        if (sc_sub(c, v, p, raw, depth, b))
+        if (sc_sub(c, v, p, raw, depth, b) || sc_room(c, b, path))
             return c->rc;
     }
+    if (!kept)
+        return sc_refuse(c, kw, path, "every branch of '%s' at %s is false: nothing is valid",
+                         kw, path);
     ut_buf_addc(b, ')');
     return 0;
+}
+
+/* The types `type` names (and "null" for `nullable`), each known and once: *nt is
+ * 0 when there is no `type`. An empty list allows nothing: refused. */
+static int type_list(struct sc *c, const json_t *s, const char *path, const char **types,
+                     size_t *nt)
+{
+    const json_t *type = json_object_get(s, "type");
+    const char *names[8];
+    size_t n = 0;
+    *nt = 0;
+    if (!type)
+        return 0;
+    if (json_is_string(type)) {
+        names[n++] = json_string_value(type);
+    } else if (json_is_array(type)) {
+        size_t i;
+        const json_t *v;
+        if (json_array_size(type) == 0)
+            return sc_refuse(c, "type", path, "'type' at %s is an empty list, which allows "
+                                              "nothing", path);
+        json_array_foreach(type, i, v) {
+            if (!json_is_string(v) || n >= 7)
+                return sc_refuse(c, "type", path, "'type' at %s must be a type name or a list "
+                                                  "of up to 7", path);
+            names[n++] = json_string_value(v);
+        }
+    } else {
+        return sc_refuse(c, "type", path, "'type' at %s must be a string or an array", path);
+    }
+    if (json_is_true(json_object_get(s, "nullable")))
+        names[n++] = "null";
+    for (size_t i = 0; i < n; i++) {
+        const char *known = NULL;
+        for (size_t k = 0; k < N_OF(type_names); k++)
+            if (strcmp(names[i], type_names[k]) == 0)
+                known = type_names[k];
+        if (!known)
+            return sc_refuse(c, "type", path, "unknown type '%.40s' at %s", names[i], path);
+        bool dup = false;
+        for (size_t k = 0; k < *nt; k++)
+            dup |= types[k] == known;
+        if (!dup)
+            types[(*nt)++] = known;
+    }
+    return 0;
+}
+
+/* Whether the JSON value v is of one of the types. */
+static bool has_type(const json_t *v, const char *const *types, size_t nt)
+{
+    for (size_t i = 0; i < nt; i++) {
+        const char *t = types[i];
+        if ((strcmp(t, "object") == 0 && json_is_object(v)) ||
+            (strcmp(t, "array") == 0 && json_is_array(v)) ||
+            (strcmp(t, "string") == 0 && json_is_string(v)) ||
+            (strcmp(t, "number") == 0 && json_is_number(v)) ||
+            (strcmp(t, "integer") == 0 &&
+             (json_is_integer(v) ||
+              (json_is_real(v) && json_real_value(v) == floor(json_real_value(v))))) ||
+            (strcmp(t, "boolean") == 0 && json_is_boolean(v)) ||
+            (strcmp(t, "null") == 0 && json_is_null(v)))
+            return true;
+    }
+    return false;
 }
 
 /* What a schema object says, appended to b as one GBNF expression. */
@@ -627,23 +744,45 @@ static int gen(struct sc *c, const json_t *s, const char *path, bool raw, int de
     if (json_object_get(s, "$ref"))
         return gen_ref(c, s, path, raw, depth, b);
     const json_t *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
-    if (cn) {
-        ut_buf_addc(b, '(');
-        json_lit(c, cn, raw, b);
-        ut_buf_addc(b, ')');
-        return c->rc;
-    }
-    if (en) {
-        if (!json_is_array(en) || json_array_size(en) == 0)
+    if (cn || en) {
+        /* the values the other keywords leave are not checked beyond `type`: a
+         * value of another type (or a const outside the enum) is refused */
+        if (en && (!json_is_array(en) || json_array_size(en) == 0))
             return sc_refuse(c, "enum", path, "'enum' at %s must be a non-empty array", path);
-        size_t i;
+        const char *types[8];
+        size_t nt = 0;
+        if (type_list(c, s, path, types, &nt))
+            return c->rc;
+        if (cn) {
+            bool in_enum = !en;
+            for (size_t i = 0; en && i < json_array_size(en); i++)
+                in_enum |= json_equal((json_t *)cn, json_array_get(en, i));
+            if (!in_enum)
+                return sc_refuse(c, "const", path, "the 'const' at %s is not in its 'enum': "
+                                 "nothing is valid", path);
+            if (nt && !has_type(cn, types, nt))
+                return sc_refuse(c, "const", path, "the 'const' at %s is not of its 'type': "
+                                 "nothing is valid", path);
+            ut_buf_addc(b, '(');
+            json_lit(c, cn, raw, b);
+            ut_buf_addc(b, ')');
+            return c->rc;
+        }
+        size_t i, kept = 0;
         const json_t *v;
         ut_buf_addc(b, '(');
         json_array_foreach(en, i, v) {
-            if (i)
+            if (nt && !has_type(v, types, nt))
+                continue;
+            if (kept++)
                 ut_buf_adds(b, " | ");
             json_lit(c, v, raw, b);
+            if (sc_room(c, b, path))
+                return c->rc;
         }
+        if (!kept)
+            return sc_refuse(c, "enum", path, "no value of the 'enum' at %s is of its 'type': "
+                             "nothing is valid", path);
         ut_buf_addc(b, ')');
         return c->rc;
     }
@@ -668,23 +807,12 @@ static int gen(struct sc *c, const json_t *s, const char *path, bool raw, int de
                                               "supported", any_kw, path);
         return gen_alts(c, any, any_kw, path, raw, depth, b);
     }
-    const json_t *type = json_object_get(s, "type");
-    bool nullable = json_is_true(json_object_get(s, "nullable"));
     const char *types[8];
     size_t nt = 0;
-    if (json_is_string(type)) {
-        types[nt++] = json_string_value(type);
-    } else if (json_is_array(type)) {
-        size_t i;
-        const json_t *v;
-        json_array_foreach(type, i, v) {
-            if (!json_is_string(v) || nt >= 7)
-                return sc_refuse(c, "type", path, "'type' at %s must be a type name or a list "
-                                                  "of up to 7", path);
-            types[nt++] = json_string_value(v);
-        }
-    } else if (type) {
-        return sc_refuse(c, "type", path, "'type' at %s must be a string or an array", path);
+    if (type_list(c, s, path, types, &nt))
+        return c->rc;
+    if (nt) {
+        /* typed */
     } else if (json_object_get(s, "properties") || json_object_get(s, "required") ||
                json_object_get(s, "additionalProperties")) {
         types[nt++] = "object";
@@ -699,15 +827,8 @@ static int gen(struct sc *c, const json_t *s, const char *path, bool raw, int de
         ut_buf_adds(b, raw ? "(xchar* | xcdata)" : "jvalue1");
         return 0;
     }
-    if (nullable && nt < 8)
+    if (json_is_true(json_object_get(s, "nullable")) && !json_object_get(s, "type") && nt < 8)
         types[nt++] = "null";
-    for (size_t i = 0; i < nt; i++) {
-        bool known = false;
-        for (size_t k = 0; k < N_OF(type_names); k++)
-            known |= strcmp(types[i], type_names[k]) == 0;
-        if (!known)
-            return sc_refuse(c, "type", path, "unknown type '%.40s' at %s", types[i], path);
-    }
     ut_buf_addc(b, '(');
     for (size_t i = 0; i < nt; i++) {
         if (i)

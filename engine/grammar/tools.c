@@ -34,11 +34,21 @@ static int gen_call(struct sc *c, const json_t *fn, size_t index, ut_buf *b)
         const char *k;
         const json_t *v;
         size_t i = 0;
+        /* `required` as a set (jansson's hash): a lookup per property, not a scan */
+        json_t *req_set = json_object();
+        if (!req_set)
+            return c->rc = -ENOMEM;
+        for (size_t j = 0; j < json_array_size(req); j++) {
+            const char *rk = json_string_value(json_array_get(req, j));
+            if (rk && json_object_set_new(req_set, rk, json_true())) {
+                json_decref(req_set);
+                return c->rc = -ENOMEM;
+            }
+        }
         json_object_foreach((json_t *)props, k, v) {
-            bool required = false;
-            for (size_t j = 0; j < json_array_size(req); j++)
-                required |= json_is_string(json_array_get(req, j)) &&
-                            strcmp(json_string_value(json_array_get(req, j)), k) == 0;
+            bool required = json_object_get(req_set, k) != NULL;
+            if (json_is_false(v) && !required)
+                continue; /* a parameter that may not appear */
             char p[400], tag[400];
             snprintf(p, sizeof p, "%.200s/properties/%.100s", path, k);
             snprintf(tag, sizeof tag, "<param name=\"%.300s\">", k);
@@ -54,7 +64,10 @@ static int gen_call(struct sc *c, const json_t *fn, size_t index, ut_buf *b)
             ut_buf_free(&body);
             ut_buf_printf(b, required ? "r%d " : "r%d? ", r);
             i++;
+            if (c->rc)
+                break;
         }
+        json_decref(req_set);
         for (size_t j = 0; j < json_array_size(req); j++) {
             const char *rk = json_string_value(json_array_get(req, j));
             if (!rk || !json_object_get(props, rk))
@@ -85,7 +98,7 @@ int eng_gram_from_tools(const json_t *tools, const char *only, int max_calls, ch
         if (n++)
             ut_buf_adds(&alts, " | ");
         ut_buf_addc(&alts, '(');
-        if (gen_call(&c, fn, i, &alts))
+        if (gen_call(&c, fn, i, &alts) || sc_room(&c, &alts, "tools"))
             break;
         ut_buf_addc(&alts, ')');
     }
