@@ -136,6 +136,8 @@ bool api_chat_req_grammar_pending(const struct api_chat_req *r)
     return r->gsrc_.kind != API_GRAM_NONE;
 }
 
+const char *api_chat_req_grammar_param(const struct api_chat_req *r) { return r->gsrc_.param; }
+
 int api_chat_req_grammar(struct api_chat_req *r, const eng_gram_vocab *v,
                          struct api_bad_request *bad)
 {

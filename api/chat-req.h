@@ -159,6 +159,9 @@ int api_chat_req_grammar(struct api_chat_req *r, const eng_gram_vocab *v,
                          struct api_bad_request *bad);
 /* Whether a grammar waits for api_chat_req_grammar(). */
 bool api_chat_req_grammar_pending(const struct api_chat_req *r);
+/* The field the request's grammar came from ("grammar", "tools",
+ * "response_format.json_schema.schema"...), or NULL when it has none. */
+const char *api_chat_req_grammar_param(const struct api_chat_req *r);
 
 /* Whether `model` names the served model: its id or one of `n_aliases` aliases,
  * compared exactly. Returns 0, or -ENOENT with `bad` = API_ERR_MODEL_NOT_FOUND (404,

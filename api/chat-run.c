@@ -428,17 +428,20 @@ void api_chat_run_error(api_chat_run *c, const struct eng_error_event *e)
         api_chat_device_error(&e->device, e->retryable, &ad);
         body = api_device_error_body(&ad);
         ae = e->retryable ? API_ERR_DEVICE_RESET : API_ERR_DEVICE_FAULT;
-    } else if (e->code == -EINVAL && !c->req->stream && c->content.n) {
-        /* A request that fails mid-answer (its grammar's dead end or limit) says
-         * what it had generated; a stream has sent it already. */
+    } else if (e->grammar) {
+        /* The request's grammar ended it (its dead end or a limit): the field that
+         * asked for the grammar, and what was generated (a stream sent it already). */
         ae = API_ERR_BAD_REQUEST;
         size_t n = c->content.n < 200 ? c->content.n : 200;
         while (n < c->content.n && n > 0 && ((unsigned char)c->content.p[n] & 0xC0) == 0x80)
             n--; /* whole characters */
         char msg[sizeof e->message + 256];
-        snprintf(msg, sizeof msg, "%s; the output until then: \"%.*s\"%s", e->message, (int)n,
-                 c->content.p, n < c->content.n ? "..." : "");
-        body = api_error_body(ae, msg, NULL);
+        if (c->req->stream || !c->content.n)
+            snprintf(msg, sizeof msg, "%s", e->message);
+        else
+            snprintf(msg, sizeof msg, "%s; the output until then: \"%.*s\"%s", e->message,
+                     (int)n, c->content.p, n < c->content.n ? "..." : "");
+        body = api_error_body(ae, msg, api_chat_req_grammar_param(c->req));
     } else {
         ae = e->code == -EINVAL ? API_ERR_BAD_REQUEST : API_ERR_INTERNAL;
         body = api_error_body(ae, e->message, NULL);

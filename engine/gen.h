@@ -179,6 +179,8 @@ struct eng_error_event {
                                    request (HTTP 503 + Retry-After); false: it did not,
                                    or the request itself is bad (500 / 400) */
     bool has_device_error;      /* code == -EIO: `device` is filled */
+    bool grammar;               /* code == -EINVAL: the request's grammar ended it (a
+                                   limit or a dead end; the message says which) */
     struct eng_device_error device;
     char message[256];          /* one line for humans */
     int prompt_tokens;

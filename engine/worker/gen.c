@@ -105,10 +105,31 @@ void eng__gen_done(struct gen *g, enum eng_finish finish)
     free(tail);
 }
 
+static void emit_verror(struct gen *g, int code, bool retryable, bool device, bool grammar,
+                        const char *fmt, va_list ap) __attribute__((format(printf, 6, 0)));
 static void emit_error(struct gen *g, int code, bool retryable, bool device, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+static void grammar_error(struct gen *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static void emit_error(struct gen *g, int code, bool retryable, bool device, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    emit_verror(g, code, retryable, device, false, fmt, ap);
+    va_end(ap);
+}
+
+/* The request's grammar ended it (a limit, a dead end): the client's error. */
+static void grammar_error(struct gen *g, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    emit_verror(g, -EINVAL, false, false, true, fmt, ap);
+    va_end(ap);
+}
+
+static void emit_verror(struct gen *g, int code, bool retryable, bool device, bool grammar,
+                        const char *fmt, va_list ap)
 {
     struct eng_worker *w = g->w;
     finish_timings(g);
@@ -117,12 +138,10 @@ static void emit_error(struct gen *g, int code, bool retryable, bool device, con
     e->code = code;
     e->retryable = retryable;
     e->has_device_error = device;
+    e->grammar = grammar;
     if (device)
         e->device = g->derr;
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(e->message, sizeof e->message, fmt, ap);
-    va_end(ap);
     e->prompt_tokens = g->n_prompt;
     e->cached_tokens = g->n_cached;
     e->completion_tokens = g->n_gen;
@@ -224,11 +243,9 @@ bool eng__gen_sample(struct gen *g)
         if (allowed == -ENOMEM)
             emit_error(g, -ENOMEM, true, false, "out of memory");
         else if (allowed == -E2BIG)
-            emit_error(g, -EINVAL, false, false, "%s, after %d tokens",
-                       eng_gram_matcher_why(g->gm), g->n_gen);
+            grammar_error(g, "%s, after %d tokens", eng_gram_matcher_why(g->gm), g->n_gen);
         else
-            emit_error(g, -EINVAL, false, false,
-                       "grammar: no token of the vocabulary can continue the output after "
+            grammar_error(g, "grammar: no token of the vocabulary can continue the output after "
                        "%d tokens (the grammar asks for text the tokenizer cannot spell)",
                        g->n_gen);
         return true;
@@ -237,8 +254,7 @@ bool eng__gen_sample(struct gen *g)
     int grc = g->gm ? grammar_step(g, id) : 0;
     if (grc) {
         if (grc == -E2BIG)
-            emit_error(g, -EINVAL, false, false, "%s, after %d tokens",
-                       eng_gram_matcher_why(g->gm), g->n_gen);
+            grammar_error(g, "%s, after %d tokens", eng_gram_matcher_why(g->gm), g->n_gen);
         else
             emit_error(g, grc == -ENOMEM ? -ENOMEM : -EINVAL, false, false,
                        "grammar: token %d does not continue the output", id);
@@ -405,7 +421,10 @@ struct gen *eng__gen_start(struct eng_worker *w, eng_gen_req *r)
             char why[200] = "grammar: out of memory";
             if (rc == -E2BIG)
                 eng_gram_check_start(r->grammar, w->gvocab, why, sizeof why);
-            emit_error(g, rc == -E2BIG ? -EINVAL : rc, false, false, "%s", why);
+            if (rc == -E2BIG)
+                grammar_error(g, "%s", why);
+            else
+                emit_error(g, rc, false, false, "%s", why);
             goto ended;
         }
         g->gm_on = !r->grammar_after_think;
