@@ -9,6 +9,7 @@
 #include "engine/grammar.h"
 #include "engine/tokenizer.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,14 +67,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
     int bytes = 0;
     for (size_t i = 0; i < k && !bytes; i++)
         bytes = eng_gram_matcher_accept_bytes(b, feed + i, 1);
-    CHECK((whole == 0) == (bytes == 0));
-    if (whole == 0)
+    /* A step has a work budget: the bytes at once are one step, each byte alone
+     * one step, so only the former can run out (-E2BIG). Else they agree. */
+    if (whole != -E2BIG && bytes != -E2BIG)
+        CHECK((whole == 0) == (bytes == 0));
+    if (whole == 0 && bytes == 0)
         CHECK(eng_gram_matcher_complete(a) == eng_gram_matcher_complete(b));
     /* a few steps of mask + accept of the first allowed token */
     uint32_t mask[64];
     CHECK(eng_gram_vocab_size(voc) <= 64 * 32);
     for (int step = 0; step < 4; step++) {
         int cnt = eng_gram_matcher_mask(a, mask);
+        if (cnt == -E2BIG) /* over a limit: refused, never a smaller language */
+            break;
         CHECK(cnt >= 0);
         int32_t pick = -1;
         for (int32_t id = 0; id < eng_gram_vocab_size(voc) && pick < 0; id++)
