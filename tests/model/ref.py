@@ -28,12 +28,12 @@ since their effect is far larger than float32 noise:
     position, the current one included;
   * --act q8: every matmul input vector is quantized per 32 columns as
     eng_q8x_quantize does (x as float32; d = amax/127 in float32; q =
-    rint(x * float32(1/d)) half-to-even, clamped to +-127; the min term uses the
-    exact sum of the float32 x of the group), and each (row, group) adds
-    d_w*d_x*sum(q_w*q_x) + m_w*sum_x. Quantized inputs: q/k/v (normed x), o_proj
-    (attention output), gate/up (normed x), down (silu(g)*u), lm_head (final
-    normed x). BF16 (Hugging Face) weights are never quantized: q8 applies to
-    Q4_1 weights only.
+    rint(x * float32(1/d)) half-to-even, clamped to +-127; the min term takes
+    the sum of the quantized x of the group, d_x*sum(q_x)), and each (row,
+    group) adds d_w*d_x*sum(q_w*q_x) + m_w*d_x*sum(q_x). Quantized inputs: q/k/v
+    (normed x), o_proj (attention output), gate/up (normed x), down
+    (silu(g)*u), lm_head (final normed x). BF16 (Hugging Face) weights are never
+    quantized: q8 applies to Q4_1 weights only.
 
 Usage:
   ref.py PACK --tokens 1,2,3 [--steps 20] [--act f32|q8] [--force 5,6,...]
@@ -150,7 +150,8 @@ class BF16Weight:
 
 def quantize_q8(x, cols):
     """x [T, cols] float64 -> (q [T, G, 32] float64 ints, d [T, G], sum [T, G]) as
-    eng_q8x_quantize computes them from the float32 x."""
+    eng_q8x_quantize computes them from the float32 x; sum = d * sum(q), the
+    group's sum of the quantized x (exact here: d has 24 bits, sum(q) 12)."""
     T = x.shape[0]
     G = -(-cols // 32)
     x32 = np.zeros((T, G * 32), np.float32)
@@ -162,8 +163,8 @@ def quantize_q8(x, cols):
         inv = np.where(d > 0, np.float32(1.0) / d, np.float32(0.0)).astype(np.float32)
     p = g * inv[:, :, None]                               # float32 product
     q = np.clip(np.rint(p), -127, 127).astype(np.float64)  # rint: half to even, like lrintf
-    s = g.astype(np.float64).sum(axis=2)                  # exact-ish sum of the float32 x
-    return q, d.astype(np.float64), s
+    d = d.astype(np.float64)
+    return q, d, d * q.sum(axis=2)
 
 
 def matmul(W, x, act):
