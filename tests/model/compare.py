@@ -113,9 +113,13 @@ def gen(pack_bin, out, preset, seed, extra=()):
 
 
 def one_layer(src, dst):
-    """A copy of pack `src` cut to its first layer: config.json with
-    num_hidden_layers 1, model.q4nx rewritten (this file's own safetensors
-    writer) with the embedding, layer 0, the final norm and lm_head."""
+    return first_layers(src, dst, 1)
+
+
+def first_layers(src, dst, n):
+    """A copy of pack `src` cut to its first n layers: config.json with
+    num_hidden_layers n, model.q4nx rewritten (this file's own safetensors
+    writer) with the embedding, layers 0..n-1, the final norm and lm_head."""
     shutil.rmtree(dst, ignore_errors=True)
     os.makedirs(dst)
     for f in os.listdir(src):
@@ -123,13 +127,13 @@ def one_layer(src, dst):
             shutil.copy(os.path.join(src, f), dst)
     with open(os.path.join(src, 'config.json')) as f:
         cfg = json.load(f)
-    cfg['num_hidden_layers'] = 1
+    cfg['num_hidden_layers'] = n
     with open(os.path.join(dst, 'config.json'), 'w') as f:
         json.dump(cfg, f, indent=2)
     st = ref.read_safetensors(os.path.join(src, 'model.q4nx'))
     header, off, blobs = {}, 0, []
     for name, (dtype, shape, raw) in st.items():
-        if name.startswith('model.layers.') and name.split('.')[2] != '0':
+        if name.startswith('model.layers.') and int(name.split('.')[2]) >= n:
             continue
         b = bytes(raw)
         header[name] = {'dtype': dtype, 'shape': list(shape), 'data_offsets': [off, off + len(b)]}
