@@ -188,15 +188,12 @@ static void check_q4_1_q8(int out, int in)
     cr_assert(xq.q && xq.d && xq.sum && ref && y);
     eng_q8x_quantize(&xq, x, in);
 
-    /* The quantized x is within half a step of x, and zero in the padding; the
-     * sum of a group is that of the quantized x, d * sum(q), which every
-     * kernel's min term takes. */
-    for (int g = 0; g < cols / 32; g++) {
-        int qs = 0;
+    /* The quantized x is within half a step of x, and zero in the padding; a
+     * group's sum (every kernel's min term) is that of the quantized x. */
+    for (int g = 0, qs = 0; g < cols / 32; g++, qs = 0) {
         for (int i = 0; i < 32; i++)
             qs += xq.q[g * 32 + i];
-        cr_assert(xq.sum[g] == xq.d[g] * (float)qs, "group %d: sum %g, d*sum(q) %g", g, xq.sum[g],
-                  xq.d[g] * (float)qs);
+        cr_assert(xq.sum[g] == xq.d[g] * (float)qs, "group %d: sum %g vs d*sum(q)", g, xq.sum[g]);
     }
     for (int c = 0; c < cols; c++) {
         if (c >= in) {
