@@ -243,15 +243,14 @@ static inline __mmask16 first_lanes(int n)
 }
 
 /* eng_q8x_quantize row by row, bit for bit, 16 groups at a time: lane j of the
- * sum and max vectors is group j. Loading 16 columns of each of the 16 groups
- * and transposing gives vectors of column i of every group, so each group's sum
- * still adds its x in column order from 0.0f (the order is part of the result),
- * and vmaxps(|x|, amax) is the reference's `a > amax ? a : amax` exactly (NaN
- * skipped). Columns past `in` load as +0.0, which never changes a sum that
- * started at +0.0. d = amax/127 and 1/d are IEEE divisions as there; vcvtps2dq
- * rounds half-to-even like cvtss2si, and its "invalid" result (only from NaN or
- * infinite x*id: a finite 1/d keeps |x*id| near 127) clamps to -127 as the
- * reference's does. */
+ * max vector is group j. Loading 16 columns of each of the 16 groups and
+ * transposing gives vectors of column i of every group, and vmaxps(|x|, amax)
+ * is the reference's `a > amax ? a : amax` exactly (NaN skipped); columns past
+ * `in` load as +0.0, which changes no max. d = amax/127 and 1/d are IEEE
+ * divisions as there; vcvtps2dq rounds half-to-even like cvtss2si, and its
+ * "invalid" result (only from NaN or infinite x*id: a finite 1/d keeps |x*id|
+ * near 127) clamps to -127 as the reference's does. The sum is the reference's
+ * too: the exact integer sum of the group's q (any order), times d once. */
 void eng__q8x_quantize_batch_avx512(const struct eng_q8x *xq, const float *x, int ldx, int in,
                                     int n_tok)
 {
@@ -264,7 +263,7 @@ void eng__q8x_quantize_batch_avx512(const struct eng_q8x *xq, const float *x, in
         float *dt = xq->d + (size_t)t * ng, *st = xq->sum + (size_t)t * ng;
         for (int g0 = 0; g0 < ng; g0 += 16) {
             int c0 = g0 * ENG_Q4_1_GROUP, gn = ng - g0 < 16 ? ng - g0 : 16;
-            __m512 sum = _mm512_setzero_ps(), amax = _mm512_setzero_ps();
+            __m512 amax = _mm512_setzero_ps();
             for (int h = 0; h < 2; h++) { /* columns 0-15, then 16-31 of each group */
                 __m512 r[16];
                 for (int j = 0; j < 16; j++) {
@@ -273,21 +272,19 @@ void eng__q8x_quantize_batch_avx512(const struct eng_q8x *xq, const float *x, in
                     r[j] = _mm512_maskz_loadu_ps(m, xt + (m ? c : 0));
                 }
                 transpose16(r);
-                for (int i = 0; i < 16; i++) {
-                    sum = _mm512_add_ps(sum, r[i]);
+                for (int i = 0; i < 16; i++)
                     amax = _mm512_max_ps(_mm512_abs_ps(r[i]), amax);
-                }
             }
             __mmask16 gm = first_lanes(gn);
             __m512 d = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
             __m512 id = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_GT_OQ),
                                             _mm512_set1_ps(1.0f), d);
             _mm512_mask_storeu_ps(dt + g0, gm, d);
-            _mm512_mask_storeu_ps(st + g0, gm, sum);
             float ids[16];
             _mm512_storeu_ps(ids, id);
             for (int j = 0; j < gn; j++) {
                 __m512 idj = _mm512_set1_ps(ids[j]);
+                __m512i qsum = _mm512_setzero_si512();
                 for (int h = 0; h < 2; h++) {
                     int c = c0 + j * ENG_Q4_1_GROUP + 16 * h;
                     __mmask16 lm = first_lanes(in - c);
@@ -295,7 +292,9 @@ void eng__q8x_quantize_batch_avx512(const struct eng_q8x *xq, const float *x, in
                     __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v, idj));
                     q = _mm512_maskz_mov_epi32(lm, _mm512_max_epi32(_mm512_min_epi32(q, qmax), qmin));
                     _mm_storeu_si128((__m128i *)(qt + c), _mm512_cvtepi32_epi8(q));
+                    qsum = _mm512_add_epi32(qsum, q);
                 }
+                st[g0 + j] = dt[g0 + j] * (float)_mm512_reduce_add_epi32(qsum);
             }
         }
     }

@@ -76,14 +76,15 @@ void eng_matvec_bf16_rows(const uint16_t *w, int in, int row_begin, int row_end,
 /* ---- Q4_1 x int8 activations (the fast decode path) ------------------------ */
 
 /* x quantized to int8 per 32-column group: x[c] ~= d[g] * q[c], g = c/32, with
- * the exact float sum of each group kept for the Q4_1 min term. Storage is the
- * caller's: q holds eng_q8x_cols(in) bytes, d and sum eng_q8x_cols(in)/32 floats
- * each; columns past `in` are zero. Quantize once, then any number of threads may
- * run eng_matvec_q4_1_q8_rows on it. */
+ * each group's sum of the quantized x, d[g] * sum(q), kept for the Q4_1 min
+ * term (so a product is W . x^ for one x^; eng_q8x_quantize says why). Storage
+ * is the caller's: q holds eng_q8x_cols(in) bytes, d and sum eng_q8x_cols(in)/32
+ * floats each; columns past `in` are zero. Quantize once, then any number of
+ * threads may run eng_matvec_q4_1_q8_rows on it. */
 struct eng_q8x {
     int8_t *q;  /* (cols) */
     float *d;   /* (cols / 32) scale */
-    float *sum; /* (cols / 32) sum of the float x in the group */
+    float *sum; /* (cols / 32) d * (the group's integer sum of q) */
 };
 
 /* Columns of quantized x for an input of `in`: in rounded up to 256. */
@@ -92,7 +93,7 @@ static inline int eng_q8x_cols(int in) { return (in + ENG_Q4_1_COLS - 1) / ENG_Q
 void eng_q8x_quantize(const struct eng_q8x *xq, const float *x, int in);
 
 /* y[row_begin .. row_end - 1] = W . x with x quantized: per group
- * y += d_w * d_x * sum(q_w * q_x) + m_w * sum(x). Runs on the VBMI decode kernel,
+ * y += d_w * d_x * sum(q_w * q_x) + m_w * d_x * sum(q_x). Runs on the VBMI decode kernel,
  * else on the VNNI or AVX2 tile kernel with one token, else on the scalar
  * reference of the same integer arithmetic (dispatch.c). Error against exact W.x is bounded by
  * sum_c |w_c| * d_x[g]/2 (half a quantization step of x per term). */

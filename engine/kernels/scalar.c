@@ -73,31 +73,43 @@ static inline int8_t q8_round(float v)
 /* Symmetric int8 per 32-group: d = max|x|/127 so q = round(x/d) is in
  * [-127, 127] (never -128: VNNI multiplies it by an unsigned nibble, fine
  * either way, but symmetric keeps the error bound d/2 simple). The max skips NaN
- * (as fmaxf does); the sum adds the group's x in column order from 0.0f (the
- * SIMD batch quantizer reproduces exactly this). */
+ * (as fmaxf does).
+ *
+ * The sum is that of the quantized x, d * sum(q), not of x: then every term of
+ * the product, d_w*d_x*sum(q_w*q_x) + m_w*d_x*sum(q_x), is exactly W . x^ for
+ * the one quantized x^, and its error sum_c w_c*(x^_c - x_c) is independent
+ * from row to row. A sum of the float x would make it sum_c (w_c - m)*(x^_c -
+ * x_c) instead, and w_c - m >= 0 has a large mean in every row, so the rows
+ * would share one error, which the next layer adds up coherently: on 2B's
+ * widths that doubles the logit error (tests/model/int8.py). sum(q) is an
+ * exact integer (|sum| <= 32*127) and d times its float one rounding, so every
+ * SIMD quantizer gets the same bits by doing the same. */
 void eng_q8x_quantize(const struct eng_q8x *xq, const float *x, int in)
 {
     int cols = eng_q8x_cols(in);
     for (int g = 0; g < cols / ENG_Q4_1_GROUP; g++) {
         int c0 = g * ENG_Q4_1_GROUP;
         int n = in - c0 < ENG_Q4_1_GROUP ? (in - c0 > 0 ? in - c0 : 0) : ENG_Q4_1_GROUP;
-        float amax = 0.0f, sum = 0.0f;
+        float amax = 0.0f;
         for (int i = 0; i < n; i++) {
             float a = fabsf(x[c0 + i]);
             amax = a > amax ? a : amax; /* fmaxf(amax, a) without the libm call */
-            sum += x[c0 + i];
         }
         float d = amax / 127.0f;
         float id = d > 0.0f ? 1.0f / d : 0.0f;
-        for (int i = 0; i < ENG_Q4_1_GROUP; i++)
-            xq->q[c0 + i] = i < n ? q8_round(x[c0 + i] * id) : 0;
+        int32_t qsum = 0;
+        for (int i = 0; i < ENG_Q4_1_GROUP; i++) {
+            int8_t q = i < n ? q8_round(x[c0 + i] * id) : 0;
+            xq->q[c0 + i] = q;
+            qsum += q;
+        }
         xq->d[g] = d;
-        xq->sum[g] = sum;
+        xq->sum[g] = d * (float)qsum;
     }
 }
 
 /* The integer arithmetic of the VNNI path, one weight at a time: per (row,
- * group) the exact sum of q_w*q_x, then y += d_w*d_x*isum + m_w*sum(x). */
+ * group) the exact sum of q_w*q_x, then y += d_w*d_x*isum + m_w*d_x*sum(q_x). */
 void eng__matvec_q4_1_q8_scalar(const uint8_t *chunks, int in, int row_begin, int row_end,
                                 const struct eng_q8x *xq, float *y)
 {

@@ -175,20 +175,29 @@ def check_content(name, schema, content, finish, used):
     return True
 
 
+# A tree may nest without end: a random model inside one may run to max_tokens
+# (1 of its 20 answers did at temperature 1), so it only has to stop mostly.
+UNBOUNDED = {"ref_recursion"}
+
+
 def run_schemas(stream):
     d = pack_daemon()
     ok = 0
     n = 0
+    cut = 0
     for name, schema in SCHEMAS.items():
         for i in range(20):
             rf = {"type": "json_schema", "json_schema": {"name": name, "schema": schema,
                                                          "strict": True}}
             content, finish, used, _ = answer(d, stream, seed=1000 * i + len(name),
                                               response_format=rf)
-            ok += check_content(name, schema, content, finish, used)
+            stopped = check_content(name, schema, content, finish, used)
+            ok += stopped
+            cut += not stopped and name in UNBOUNDED
             n += 1
-    # the schemas are bounded: a random model finishes them well within MAX_TOKENS
-    eq(ok, n, "answers that finished with stop")
+    # the other schemas are bounded: a random model finishes them well within MAX_TOKENS
+    eq(ok, n - cut, "answers that finished with stop")
+    check(cut <= 5, "%d of 20 answers to a recursive schema ran to max_tokens", cut)
     stop_ok(d)
 
 

@@ -28,15 +28,19 @@ since their effect is far larger than float32 noise:
     position, the current one included;
   * --act q8: every matmul input vector is quantized per 32 columns as
     eng_q8x_quantize does (x as float32; d = amax/127 in float32; q =
-    rint(x * float32(1/d)) half-to-even, clamped to +-127; the min term uses the
-    exact sum of the float32 x of the group), and each (row, group) adds
-    d_w*d_x*sum(q_w*q_x) + m_w*sum_x. Quantized inputs: q/k/v (normed x), o_proj
-    (attention output), gate/up (normed x), down (silu(g)*u), lm_head (final
-    normed x). BF16 (Hugging Face) weights are never quantized: q8 applies to
-    Q4_1 weights only.
+    rint(x * float32(1/d)) half-to-even, clamped to +-127; the min term takes
+    the sum of the quantized x of the group, d_x*sum(q_x)), and each (row,
+    group) adds d_w*d_x*sum(q_w*q_x) + m_w*d_x*sum(q_x). Quantized inputs: q/k/v
+    (normed x), o_proj (attention output), gate/up (normed x), down
+    (silu(g)*u), lm_head (final normed x). BF16 (Hugging Face) weights are never
+    quantized: q8 applies to Q4_1 weights only.
+
+--act q8t is the textbook form of the same quantization, for judging the
+engine's int8 error: each quantized input x^ = d_x*q_x times the dequantized
+weights, x^ . w, with no integer arithmetic of the engine's mirrored.
 
 Usage:
-  ref.py PACK --tokens 1,2,3 [--steps 20] [--act f32|q8] [--force 5,6,...]
+  ref.py PACK --tokens 1,2,3 [--steps 20] [--act f32|q8|q8t] [--force 5,6,...]
          [--weights auto|q4nx|hf] [--out FILE.json]
 Prefills the prompt in one batch, then decodes `steps` tokens one at a time: the
 greedy token (argmax, ties -> lowest id), or with --force the given tokens (so
@@ -150,7 +154,8 @@ class BF16Weight:
 
 def quantize_q8(x, cols):
     """x [T, cols] float64 -> (q [T, G, 32] float64 ints, d [T, G], sum [T, G]) as
-    eng_q8x_quantize computes them from the float32 x."""
+    eng_q8x_quantize computes them from the float32 x; sum = d * sum(q), the
+    group's sum of the quantized x (exact here: d has 24 bits, sum(q) 12)."""
     T = x.shape[0]
     G = -(-cols // 32)
     x32 = np.zeros((T, G * 32), np.float32)
@@ -162,8 +167,8 @@ def quantize_q8(x, cols):
         inv = np.where(d > 0, np.float32(1.0) / d, np.float32(0.0)).astype(np.float32)
     p = g * inv[:, :, None]                               # float32 product
     q = np.clip(np.rint(p), -127, 127).astype(np.float64)  # rint: half to even, like lrintf
-    s = g.astype(np.float64).sum(axis=2)                  # exact-ish sum of the float32 x
-    return q, d.astype(np.float64), s
+    d = d.astype(np.float64)
+    return q, d, d * q.sum(axis=2)
 
 
 def matmul(W, x, act):
@@ -176,6 +181,10 @@ def matmul(W, x, act):
             isum = qx[:, g, :] @ qw[:, g, :].T            # exact integers
             y += isum * (dx[:, g:g + 1] * dw[None, :, g])
         return y
+    if act == 'q8t' and isinstance(W, Q4Weight):
+        qx, dx, _ = quantize_q8(x, W.cols)
+        xh = (qx * dx[:, :, None]).reshape(x.shape[0], -1)[:, :W.cols]
+        return xh @ W.w.T
     return x @ W.w.T
 
 
@@ -281,8 +290,10 @@ class Seq:
         self.v = [np.zeros((0, model.nkv, model.hd)) for _ in range(model.L)]
         self.len = 0
 
-    def forward(self, tokens):
-        """Run a batch of tokens at positions len..len+T-1; logits of the last."""
+    def forward(self, tokens, every=False):
+        """Run a batch of tokens at positions len..len+T-1; logits of the last
+        ([V]), or with `every` of each position ([T, V], causal: each the logits
+        that position would have had fed alone after the ones before)."""
         m, act = self.m, self.act
         tokens = np.asarray(tokens, np.int64)
         assert ((tokens >= 0) & (tokens < m.V)).all()
@@ -318,6 +329,8 @@ class Seq:
             a = g / (1.0 + np.exp(-g)) * u
             x = x + matmul(Lw['down'], a, act)
         self.len += T
+        if every:
+            return matmul(m.lm, m.rmsnorm(x, m.norm), act)
         h = m.rmsnorm(x[-1:], m.norm)
         return matmul(m.lm, h, act)[0]
 
@@ -349,7 +362,7 @@ def main(argv):
     ap.add_argument('pack')
     ap.add_argument('--tokens', required=True)
     ap.add_argument('--steps', type=int, default=20)
-    ap.add_argument('--act', choices=('f32', 'q8'), default='f32')
+    ap.add_argument('--act', choices=('f32', 'q8', 'q8t'), default='f32')
     ap.add_argument('--force', help='feed these tokens instead of the greedy ones')
     ap.add_argument('--weights', choices=('auto', 'q4nx', 'hf'), default='auto')
     ap.add_argument('--qk-norm', choices=('error', 'ignore'), default='error')

@@ -33,6 +33,8 @@ static const struct gen_preset presets[] = {
     {"deep", 128, 42, 2, 1, 64, 256, 1024, 1022, 4096, "42 narrow layers, for layer chunking"},
     {"demo", 512, 8, 8, 2, 64, 1536, 4096, 4094, 8192, "served when no model is found"},
     {"2b", 2048, 42, 16, 2, 128, 6144, 130560, 130072, 131072, "MiniCPM5-2B's exact shapes"},
+    {"wide", 2048, 4, 16, 2, 128, 6144, 4096, 4094, 8192,
+     "2B's widths in 4 layers, for numerics against float64"},
 };
 
 /* ---- the files around the weights ------------------------------------------ */
