@@ -148,6 +148,23 @@ MCD_TEST(bounds, counted_repetition_is_exact, .init = setup, .fini = teardown)
     cr_assert_eq(match_run(g, 'q', 4097), -1);
     eng_grammar_free(g);
     free(t.p);
+    /* the same branches, each its own group (a rule of its own): rules alike are
+     * merged, so it starts within 16 stacks too */
+    t = (struct text){0};
+    add(&t, "root ::= (");
+    for (int i = 0; i < 600; i++)
+        add(&t, "%s([ -~] \"x\")", i ? "|" : "");
+    add(&t, "){0,4096}\n");
+    struct eng_gram_limits lim;
+    eng_gram_limits_default(&lim);
+    lim.max_stacks = 16;
+    g = compile_lim(t.p, &lim, 0, NULL);
+    char err[200] = "";
+    cr_assert_eq(eng_gram_check_start(g, voc, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(match(g, "axbx"), 1);
+    cr_assert_eq(match(g, "axb"), 0);
+    eng_grammar_free(g);
+    free(t.p);
 }
 
 MCD_TEST(bounds, long_enums_and_listed_classes_start_small, .init = setup, .fini = teardown)
@@ -230,7 +247,7 @@ MCD_TEST(bounds, limits_are_named, .init = setup, .fini = teardown)
     free(t.p);
 }
 
-/* A start of n stacks: n rules that all begin with the same byte. */
+/* A start of n stacks: n different rules that all begin with the same byte. */
 static char *wide_start(int n)
 {
     struct text t = {0};
@@ -239,7 +256,7 @@ static char *wide_start(int n)
         add(&t, "%sr%d", i ? "|" : "", i);
     add(&t, ")*\n");
     for (int i = 0; i < n; i++)
-        add(&t, "r%d ::= [a-z] [a-z] \"%c\"\n", i, 'a' + i % 26);
+        add(&t, "r%d ::= [a-z] [a-z] \"%d\"\n", i, i); /* all different */
     return t.p;
 }
 
@@ -266,7 +283,8 @@ MCD_TEST(bounds, step_limits_refuse_at_the_start, .init = setup, .fini = teardow
 
     g = compile(text); /* within the defaults: it starts and runs */
     cr_assert_eq(eng_gram_check_start(g, voc, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(match(g, "abcabd"), 1);
+    cr_assert_eq(match(g, "ab7cd199"), 1);
+    cr_assert_eq(match(g, "ab7cd200"), -1);
     eng_grammar_free(g);
     free(text);
 }

@@ -5,9 +5,10 @@
  * the matcher's expansion endless); rules that derive only the empty string are
  * dropped where they are used (a group nested 60 deep around nothing costs
  * nothing); the alternatives of every rule that share a first element are
- * factored into one (`"ab" | "ac"` is `"a" ("b" | "c")`) and duplicates merged, so
- * an enum of thousands of words or a class of thousands of listed characters
- * starts as a handful of stacks, not thousands; then the rules are laid out flat
+ * factored into one (`"ab" | "ac"` is `"a" ("b" | "c")`) and duplicates merged, and
+ * rules with the same elements made one, so an enum of thousands of words, a class
+ * of thousands of listed characters or 600 copies of one group starts as a handful
+ * of stacks, not thousands; then the rules are laid out flat
  * and the byte classes computed. Every pass is iterative and near-linear. */
 #include "engine/grammar/gram-impl.h"
 #include "util/buf.h"
@@ -353,6 +354,78 @@ static int factor_all(struct gr_draft *d)
     return rc;
 }
 
+/* ---- merging rules that are the same ----------------------------------------------- */
+
+static uint64_t hash_rule(const struct gr_prule *r)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ r->n;
+    for (uint32_t i = 0; i < r->n; i++)
+        h = gr_mix(h ^ r->el[i]);
+    return h;
+}
+
+/* Rules with the same elements (and repetitions of the same rule with the same
+ * counts) become one, the references moving to the first: a pattern's 600
+ * identical groups are then one rule, which factoring merges. Returns how many
+ * were merged (the others stay, unreferenced), or a negative errno. */
+static long merge_same(struct gr_draft *d, int *root)
+{
+    size_t n = d->n_rules, cap = 64;
+    while (cap < 2 * (n + d->n_reps))
+        cap *= 2;
+    uint32_t *tab = calloc(cap, sizeof *tab), *alias = malloc((n + d->n_reps + 1) * sizeof *alias);
+    long merged = 0;
+    if (!tab || !alias) {
+        free(tab);
+        free(alias);
+        return oom(d);
+    }
+    uint32_t *rep_alias = alias + n;
+    for (size_t r = 0; r < n; r++) {
+        const struct gr_prule *p = &d->rules[r];
+        size_t h = hash_rule(p) & (cap - 1);
+        alias[r] = (uint32_t)r;
+        for (; tab[h]; h = (h + 1) & (cap - 1)) {
+            const struct gr_prule *q = &d->rules[tab[h] - 1];
+            if (q->n == p->n && (p->n == 0 || memcmp(q->el, p->el, p->n * sizeof *p->el) == 0)) {
+                alias[r] = tab[h] - 1;
+                merged++;
+                break;
+            }
+        }
+        if (alias[r] == r)
+            tab[h] = (uint32_t)r + 1;
+    }
+    memset(tab, 0, cap * sizeof *tab);
+    for (size_t i = 0; i < d->n_reps; i++) {
+        struct gr_rep *p = &d->reps[i];
+        p->rule = alias[p->rule];
+        size_t h = gr_mix((uint64_t)p->rule << 32 ^ p->min ^ (uint64_t)p->max << 16) & (cap - 1);
+        rep_alias[i] = (uint32_t)i;
+        for (; tab[h]; h = (h + 1) & (cap - 1)) {
+            const struct gr_rep *q = &d->reps[tab[h] - 1];
+            if (q->rule == p->rule && q->min == p->min && q->max == p->max) {
+                rep_alias[i] = tab[h] - 1;
+                break;
+            }
+        }
+        if (rep_alias[i] == i)
+            tab[h] = (uint32_t)i + 1;
+    }
+    for (size_t r = 0; r < n; r++)
+        for (uint32_t i = 0; i < d->rules[r].n; i++) {
+            uint32_t *e = &d->rules[r].el[i];
+            if (GR_TYPE(*e) == GR_REF)
+                *e = GR_EL(GR_REF, alias[GR_VAL(*e)]);
+            else if (GR_TYPE(*e) == GR_REP)
+                *e = GR_EL(GR_REP, rep_alias[GR_VAL(*e)]);
+        }
+    *root = (int)alias[*root];
+    free(tab);
+    free(alias);
+    return merged;
+}
+
 /* ---- the flat grammar ------------------------------------------------------------------- */
 
 static void byte_classes(eng_grammar *g)
@@ -404,8 +477,17 @@ int gr_build(struct gr_draft *d, eng_grammar **out)
         if ((d->reps[i].nullable = nullable[d->reps[i].rule]))
             d->reps[i].min = 0;
     drop_empty(d, only);
-    if (factor_all(d))
-        goto out;
+    /* Factoring makes alternatives alike, merging makes rules alike: a few rounds
+     * until neither finds more (each is linear). */
+    for (int round = 0; round < 4; round++) {
+        if (factor_all(d))
+            goto out;
+        long merged = merge_same(d, &root);
+        if (merged < 0)
+            goto out;
+        if (merged == 0)
+            break;
+    }
     g = calloc(1, sizeof *g);
     if (!g || !(g->el = malloc((d->n_el + 1) * sizeof *g->el)) ||
         !(g->rule_start = malloc(d->n_rules * sizeof *g->rule_start)) ||
