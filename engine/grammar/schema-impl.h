@@ -1,5 +1,5 @@
-/* Internals of the schema compilers (schema.c, schema-int.c, tools.c, pattern.c). Not for use outside
- * engine/grammar/. */
+/* Internals of the schema compilers (schema.c, schema-obj.c, schema-int.c, tools.c,
+ * pattern.c). Not for use outside engine/grammar/. */
 #ifndef MINICPMD_ENGINE_SCHEMA_IMPL_H
 #define MINICPMD_ENGINE_SCHEMA_IMPL_H
 
@@ -42,6 +42,18 @@ int sc_check_keywords(struct sc *c, const json_t *s, const char *path);
 /* A new rule for the schema s at `path` (raw: strings as plain XML text); its name
  * appended to b. */
 int sc_sub(struct sc *c, const json_t *s, const char *path, bool raw, int depth, ut_buf *b);
+/* The schema s (an object, else any value) as a rule named in `out`; `kw` names
+ * the keyword that holds it. */
+int sc_sub_or_any(struct sc *c, const json_t *s, const char *path, const char *kw, int depth,
+                  ut_buf *out);
+/* A JSON value as a GBNF literal (raw: a string as its plain text). */
+void sc_json_lit(struct sc *c, const json_t *v, bool raw, ut_buf *b);
+/* The counts kmin..kmax of s (what: the counted thing, for the refusal). */
+int sc_count_range(struct sc *c, const json_t *s, const char *kmin, const char *kmax,
+                   const char *what, const char *path, long long *mn, long long *mx);
+/* An object or an array schema (schema-obj.c). */
+int sc_gen_object(struct sc *c, const json_t *s, const char *path, int depth, ut_buf *b);
+int sc_gen_array(struct sc *c, const json_t *s, const char *path, int depth, ut_buf *b);
 int sc_init(struct sc *c, const json_t *root, bool xml, struct eng_gram_refusal *why);
 int sc_finish(struct sc *c, char **gbnf);               /* hands out the text, or frees it */
 /* The integers lo..hi as one GBNF expression; the bounds of an integer schema. */
