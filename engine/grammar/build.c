@@ -428,20 +428,43 @@ static long merge_same(struct gr_draft *d, int *root)
 
 /* ---- the flat grammar ------------------------------------------------------------------- */
 
+/* The coarsest partition of the bytes in which every set is a union of classes:
+ * each set splits the classes it cuts. The work is the sets' sizes, not
+ * 256 per set (a schema's grammar has hundreds of one-byte sets). */
 static void byte_classes(eng_grammar *g)
 {
-    uint8_t cls[256] = {0}, map[2][256];
-    int n = 1;
+    uint8_t cls[256] = {0}, newid[256], touched[256];
+    uint16_t count[256] = {256}, inside[256];
+    int seen[256], n = 1;
+    for (int c = 0; c < 256; c++)
+        seen[c] = -1;
     for (int s = 0; s < g->n_sets && n < 256; s++) {
-        memset(map, 0xFF, sizeof map);
-        int m = 0;
-        for (int b = 0; b < 256; b++) {
-            int in = gr_set_has(&g->sets[s], (unsigned)b);
-            if (map[in][cls[b]] == 0xFF)
-                map[in][cls[b]] = (uint8_t)m++;
-            cls[b] = map[in][cls[b]];
+        const struct gr_set *set = &g->sets[s];
+        int nt = 0;
+        for (int w = 0; w < 8; w++)
+            for (uint32_t bits = set->bits[w]; bits; bits &= bits - 1) {
+                int c = cls[w * 32 + __builtin_ctz(bits)];
+                if (seen[c] != s) {
+                    seen[c] = s;
+                    inside[c] = 0;
+                    touched[nt++] = (uint8_t)c;
+                }
+                inside[c]++;
+            }
+        for (int i = 0; i < nt; i++) { /* a class the set cuts splits in two */
+            int c = touched[i];
+            newid[c] = (uint8_t)c;
+            if (inside[c] < count[c]) {
+                count[c] = (uint16_t)(count[c] - inside[c]);
+                count[n] = inside[c];
+                newid[c] = (uint8_t)n++;
+            }
         }
-        n = m;
+        for (int w = 0; w < 8; w++)
+            for (uint32_t bits = set->bits[w]; bits; bits &= bits - 1) {
+                int b = w * 32 + __builtin_ctz(bits);
+                cls[b] = newid[cls[b]];
+            }
     }
     memcpy(g->byte_class, cls, sizeof cls);
     g->n_classes = n;
