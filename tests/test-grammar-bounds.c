@@ -6,6 +6,7 @@
 #include "engine/grammar.h"
 #include "engine/tokenizer.h"
 #include "tests/check.h"
+#include "tests/grammar-fx.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -14,25 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static eng_tokenizer *tok;
-static eng_gram_vocab *voc;
-static const int32_t STOP = 300; /* <|end|> in the tiny tokenizer */
-
-static void setup(void)
-{
-    char err[256];
-    cr_assert_eq(eng_tokenizer_load("../tests/data/tiny-tokenizer.json", &tok, err, sizeof err),
-                 0, "%s", err);
-    voc = eng_gram_vocab_new(tok);
-    cr_assert(voc);
-}
-
-static void teardown(void)
-{
-    eng_gram_vocab_free(voc);
-    eng_tokenizer_free(tok);
-}
 
 /* A growing text buffer for generated grammars. */
 struct text {
@@ -58,38 +40,11 @@ static void add(struct text *t, const char *fmt, ...)
     t->n += (size_t)k;
 }
 
-static eng_grammar *compile_lim(const char *text, const struct eng_gram_limits *lim, int want,
-                                const char *says)
-{
-    char err[256] = "";
-    eng_grammar *g = NULL;
-    int rc = eng_grammar_compile(text, strlen(text), lim, &g, err, sizeof err);
-    cr_assert_eq(rc, want, "%.80s: %d %s", text, rc, err);
-    if (says)
-        cr_assert(strstr(err, says), "%s: want '%s'", err, says);
-    return g;
-}
-
-static eng_grammar *compile(const char *text) { return compile_lim(text, NULL, 0, NULL); }
-
-/* -1: refused; 0: accepted, incomplete; 1: accepted and complete. */
-static int matchn(eng_grammar *g, const char *s, size_t n)
-{
-    eng_gram_matcher *m;
-    cr_assert_eq(eng_gram_matcher_new(g, voc, &STOP, 1, &m), 0);
-    int rc = eng_gram_matcher_accept_bytes(m, s, n);
-    int out = rc ? -1 : eng_gram_matcher_complete(m) ? 1 : 0;
-    eng_gram_matcher_free(m);
-    return out;
-}
-
-static int match(eng_grammar *g, const char *s) { return matchn(g, s, strlen(s)); }
-
 static int match_run(eng_grammar *g, char c, size_t n)
 {
     char *s = malloc(n + 1);
     memset(s, c, n);
-    int r = matchn(g, s, n);
+    int r = match(g, s, n);
     free(s);
     return r;
 }
@@ -106,9 +61,9 @@ MCD_TEST(bounds, empty_groups_nested_and_repeated, .init = setup, .fini = teardo
         add(&t, ")");
     add(&t, "{0,4096} \"x\"\n");
     eng_grammar *g = compile(t.p);
-    cr_assert_eq(match(g, "x"), 1);
-    cr_assert_eq(match(g, ""), 0);
-    cr_assert_eq(match(g, "xx"), -1);
+    cr_assert_eq(matchs(g, "x"), 1);
+    cr_assert_eq(matchs(g, ""), 0);
+    cr_assert_eq(matchs(g, "xx"), -1);
     eng_grammar_free(g);
     free(t.p);
 }
@@ -126,16 +81,16 @@ MCD_TEST(bounds, counted_repetition_is_exact, .init = setup, .fini = teardown)
     cr_assert_eq(match_run(g, 'a', 4097), -1);
     eng_grammar_free(g);
     g = compile("root ::= ((\"a\"?){0,3}){0,2} \"b\"\n");
-    cr_assert_eq(match(g, "aaaaaab"), 1);
-    cr_assert_eq(match(g, "aaaaaaab"), -1);
-    cr_assert_eq(match(g, "b"), 1);
+    cr_assert_eq(matchs(g, "aaaaaab"), 1);
+    cr_assert_eq(matchs(g, "aaaaaaab"), -1);
+    cr_assert_eq(matchs(g, "b"), 1);
     eng_grammar_free(g);
     g = compile("root ::= (\"ab\" | \"a\"){2,3} \"c\"+\n");
-    cr_assert_eq(match(g, "aabc"), 1);
-    cr_assert_eq(match(g, "ababac"), 1);
-    cr_assert_eq(match(g, "ac"), -1);
-    cr_assert_eq(match(g, "abababac"), -1);
-    cr_assert_eq(match(g, "aaccc"), 1);
+    cr_assert_eq(matchs(g, "aabc"), 1);
+    cr_assert_eq(matchs(g, "ababac"), 1);
+    cr_assert_eq(matchs(g, "ac"), -1);
+    cr_assert_eq(matchs(g, "abababac"), -1);
+    cr_assert_eq(matchs(g, "aaccc"), 1);
     eng_grammar_free(g);
     /* 600 identical branches repeated: ~20 s a token before factoring */
     struct text t = {0};
@@ -161,8 +116,8 @@ MCD_TEST(bounds, counted_repetition_is_exact, .init = setup, .fini = teardown)
     g = compile_lim(t.p, &lim, 0, NULL);
     char err[200] = "";
     cr_assert_eq(eng_gram_check_start(g, voc, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(match(g, "axbx"), 1);
-    cr_assert_eq(match(g, "axb"), 0);
+    cr_assert_eq(matchs(g, "axbx"), 1);
+    cr_assert_eq(matchs(g, "axb"), 0);
     eng_grammar_free(g);
     free(t.p);
 }
@@ -177,12 +132,12 @@ MCD_TEST(bounds, long_enums_and_listed_classes_start_small, .init = setup, .fini
         add(&t, "%s\"w%d\"", i ? " | " : "", i * 7);
     add(&t, "\n");
     eng_grammar *g = compile(t.p);
-    cr_assert_eq(match(g, "w0"), 1);
-    cr_assert_eq(match(g, "w28693"), 1);
-    cr_assert_eq(match(g, "w7"), 1);
-    cr_assert_eq(match(g, "w1"), 0);    /* a prefix of w14, w140... */
-    cr_assert_eq(match(g, "w28694"), -1);
-    cr_assert_eq(match(g, "x"), -1);
+    cr_assert_eq(matchs(g, "w0"), 1);
+    cr_assert_eq(matchs(g, "w28693"), 1);
+    cr_assert_eq(matchs(g, "w7"), 1);
+    cr_assert_eq(matchs(g, "w1"), 0);    /* a prefix of w14, w140... */
+    cr_assert_eq(matchs(g, "w28694"), -1);
+    cr_assert_eq(matchs(g, "x"), -1);
     eng_grammar_free(g);
     free(t.p);
     /* 5,000 listed CJK characters */
@@ -194,10 +149,10 @@ MCD_TEST(bounds, long_enums_and_listed_classes_start_small, .init = setup, .fini
     }
     add(&t, "]{1,2}\n");
     g = compile(t.p);
-    cr_assert_eq(match(g, "\xe4\xb8\x80"), 1);                 /* U+4E00 */
-    cr_assert_eq(match(g, "\xe4\xb8\x84\xe4\xb8\x80"), 1);     /* U+4E04 U+4E00 */
-    cr_assert_eq(match(g, "\xe4\xb8\x81"), -1);                /* U+4E01: not listed */
-    cr_assert_eq(match(g, "a"), -1);
+    cr_assert_eq(matchs(g, "\xe4\xb8\x80"), 1);                 /* U+4E00 */
+    cr_assert_eq(matchs(g, "\xe4\xb8\x84\xe4\xb8\x80"), 1);     /* U+4E04 U+4E00 */
+    cr_assert_eq(matchs(g, "\xe4\xb8\x81"), -1);                /* U+4E01: not listed */
+    cr_assert_eq(matchs(g, "a"), -1);
     eng_grammar_free(g);
     free(t.p);
 }
@@ -207,11 +162,11 @@ MCD_TEST(bounds, nul_is_never_output, .init = setup, .fini = teardown)
     compile_lim("root ::= \"a\\x00\"\n", NULL, -EINVAL, "NUL");
     compile_lim("root ::= [\\x00]\n", NULL, -EINVAL, "empty");
     eng_grammar *g = compile("root ::= [\\x00-\\x7f]+\n");
-    cr_assert_eq(matchn(g, "a\0", 2), -1);
-    cr_assert_eq(match(g, "a\x01"), 1);
+    cr_assert_eq(match(g, "a\0", 2), -1);
+    cr_assert_eq(matchs(g, "a\x01"), 1);
     eng_grammar_free(g);
     g = compile("root ::= .\n");
-    cr_assert_eq(matchn(g, "\0", 1), -1);
+    cr_assert_eq(match(g, "\0", 1), -1);
     eng_grammar_free(g);
 }
 
@@ -228,7 +183,7 @@ MCD_TEST(bounds, limits_are_named, .init = setup, .fini = teardown)
     compile_lim(t.p, NULL, -E2BIG, "--grammar-max-rules");
     lim.max_rules = 100000;
     eng_grammar *g = compile_lim(t.p, &lim, 0, NULL);
-    cr_assert_eq(match(g, "xxxy"), 1);
+    cr_assert_eq(matchs(g, "xxxy"), 1);
     eng_grammar_free(g);
     free(t.p);
     /* bytes: 240 rules of "a"{0,4096} took 164 MB; now a few KB, so a smaller cap */
@@ -283,8 +238,8 @@ MCD_TEST(bounds, step_limits_refuse_at_the_start, .init = setup, .fini = teardow
 
     g = compile(text); /* within the defaults: it starts and runs */
     cr_assert_eq(eng_gram_check_start(g, voc, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(match(g, "ab7cd199"), 1);
-    cr_assert_eq(match(g, "ab7cd200"), -1);
+    cr_assert_eq(matchs(g, "ab7cd199"), 1);
+    cr_assert_eq(matchs(g, "ab7cd200"), -1);
     eng_grammar_free(g);
     free(text);
 }

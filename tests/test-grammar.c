@@ -5,6 +5,7 @@
 #include "engine/grammar.h"
 #include "engine/tokenizer.h"
 #include "tests/check.h"
+#include "tests/grammar-fx.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -12,57 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static char *src_path(const char *rel)
-{
-    const char *file = __FILE__;
-    const char *slash = strrchr(file, '/');
-    size_t dl = slash ? (size_t)(slash - file) : 1;
-    char *p = malloc(dl + strlen(rel) + 2);
-    snprintf(p, dl + strlen(rel) + 2, "%.*s/%s", (int)dl, slash ? file : ".", rel);
-    return p;
-}
-
-static eng_tokenizer *tok;
-static eng_gram_vocab *voc;
-static const int32_t STOP = 300; /* <|end|> in the tiny tokenizer */
-
-static void setup(void)
-{
-    char err[256], *path = src_path("data/tiny-tokenizer.json");
-    cr_assert_eq(eng_tokenizer_load(path, &tok, err, sizeof err), 0, "%s", err);
-    free(path);
-    voc = eng_gram_vocab_new(tok);
-    cr_assert(voc);
-}
-
-static void teardown(void)
-{
-    eng_gram_vocab_free(voc);
-    eng_tokenizer_free(tok);
-}
-
-static eng_grammar *compile(const char *text)
-{
-    char err[256];
-    eng_grammar *g = NULL;
-    int rc = eng_grammar_parse(text, strlen(text), &g, err, sizeof err);
-    cr_assert_eq(rc, 0, "%s: %s", text, err);
-    return g;
-}
-
-/* -1: a byte was refused; 0: accepted, incomplete; 1: accepted and complete. */
-static int match(eng_grammar *g, const char *s, size_t n)
-{
-    eng_gram_matcher *m;
-    cr_assert_eq(eng_gram_matcher_new(g, voc, &STOP, 1, &m), 0);
-    int rc = eng_gram_matcher_accept_bytes(m, s, n);
-    int out = rc ? -1 : eng_gram_matcher_complete(m) ? 1 : 0;
-    eng_gram_matcher_free(m);
-    return out;
-}
-
-static int matchs(eng_grammar *g, const char *s) { return match(g, s, strlen(s)); }
 
 MCD_TEST(gbnf, sequences_alternatives_repetitions, .init = setup, .fini = teardown)
 {
