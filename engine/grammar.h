@@ -20,9 +20,9 @@
  * Bounds (struct eng_gram_limits): compiling is linear in the text and refuses a
  * grammar over max_rules or max_bytes; the matcher refuses a set of more than
  * max_stacks stacks and a step whose mask would take more than step_work units
- * (about 7 ns each on a Zen 4 core; the default bounds a step near 4 ms): such a grammar is refused when it starts, or its
- * request ends with a client error at that step. Nothing recurses on the C stack
- * in proportion to the input.
+ * (about 7 ns each on a Zen 4 core; the default bounds a step near 4 ms). Such a
+ * grammar is refused when it starts, or its request ends with a client error at
+ * that step. Nothing recurses on the C stack in proportion to the input.
  *
  * Threading: a compiled grammar and a vocabulary are immutable (any thread; the
  * grammar is reference counted); a matcher belongs to one thread at a time. */
@@ -42,9 +42,9 @@
 
 typedef struct eng_grammar eng_grammar;
 
-/* What one grammar may cost (README "Structured outputs" documents the defaults;
- * the daemon's config sets them). A refusal's message names the limit by its
- * config key. */
+/* What one grammar may cost (docs/api.md "Structured outputs" documents the
+ * defaults; the daemon's settings set them). A refusal's message names the limit
+ * by its flag. */
 struct eng_gram_limits {
     uint32_t max_rules;   /* rules after compilation (--grammar-max-rules) */
     uint32_t max_bytes;   /* the compiled form's size (--grammar-max-bytes) */
