@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""No source file cites an issue number ("issue 14, item 5", "Issue 13's bars",
-"issue #7"): the tracker is not part of the repository, so such a citation tells
-a reader nothing. A comment says why the code is as it is; git keeps the history.
+"""No source file cites an issue by its number (the word "issue" or "issues",
+then a number, with or without '#'): the tracker is not part of the repository,
+so such a citation tells a reader nothing. A comment says why the code is as it is; git keeps the history.
 
 Usage: check-issue-refs.py SOURCE_ROOT     check the tree (exit 1 on a citation)
        check-issue-refs.py --self-test     check the checker on a made-up tree
@@ -18,8 +18,8 @@ CODE_EXT = ('.c', '.h', '.cpp', '.py', '.sh', '.mjs', '.in')
 CODE_NAMES = ('meson.build', 'meson_options.txt', 'run')
 SKIP_DIRS = ('.git', 'node_modules', 'subprojects')
 
-# "issue 14", "issues 13 and 14", "Issue #7", "issue-14"; not "issued 3" or
-# "tissue 4".
+# The word, singular or plural, any case, then spaces, '#' or '-' and a number;
+# not the same letters inside a longer word ("issued", "tissue").
 ISSUE_RE = re.compile(r'(?<![\w-])issues?[\s#-]*#?\d+', re.IGNORECASE)
 
 
@@ -72,18 +72,18 @@ def self_test():
     with tempfile.TemporaryDirectory() as root:
         os.makedirs(os.path.join(root, 'src'))
         with open(os.path.join(root, 'src', 'x.c'), 'w') as f:
-            f.write('/* Bounded (issue 14, item 1): why. */\n'
-                    '/* The tissue 4 and an issued 3 are not citations. */\n'
-                    '/* Issue #7 */\n')
+            # {w} is the word, so that this file cites nothing itself
+            f.write('/* Bounded ({w} 14, item 1): why. */\n'
+                    '/* The t{w} 4 and an {w}d 3 are not citations. */\n'
+                    '/* {W} #7 */\n'.format(w='issue', W='Issue'))
         with open(os.path.join(root, 'src', 't.py'), 'w') as f:
-            f.write('"""Issue 13\'s bars."""\n# issues 13 and 14\n')
+            f.write('"""{W} 13\'s bars."""\n# {w}s 13 and 14\n'.format(w='issue', W='Issue'))
         with open(os.path.join(root, 'src', 'notes.md'), 'w') as f:
-            f.write('issue 9 (not a source file)\n')
+            f.write('{w} 9 (not a source file)\n'.format(w='issue'))
         problems, n = check(root)
-        want = ['src/t.py:1: cites "Issue 13"',
-                'src/t.py:2: cites "issues 13"',
-                'src/x.c:1: cites "issue 14"',
-                'src/x.c:3: cites "Issue #7"']
+        want = [s.format(w='issue', W='Issue') for s in
+                ('src/t.py:1: cites "{W} 13"', 'src/t.py:2: cites "{w}s 13"',
+                 'src/x.c:1: cites "{w} 14"', 'src/x.c:3: cites "{W} #7"')]
         if problems != want or n != 2:
             print('self-test failed: %d files, problems:\n  %s' % (n, '\n  '.join(problems)))
             return 1

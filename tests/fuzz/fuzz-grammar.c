@@ -24,6 +24,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);
         }                                                                                 \
     } while (0)
 
+#include "tests/fuzz/fuzz-walk.h"
+
 static eng_tokenizer *tok;
 static eng_gram_vocab *voc;
 
@@ -73,22 +75,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
         CHECK((whole == 0) == (bytes == 0));
     if (whole == 0 && bytes == 0)
         CHECK(eng_gram_matcher_complete(a) == eng_gram_matcher_complete(b));
-    /* a few steps of mask + accept of the first allowed token */
-    uint32_t mask[64];
-    CHECK(eng_gram_vocab_size(voc) <= 64 * 32);
-    for (int step = 0; step < 4; step++) {
-        int cnt = eng_gram_matcher_mask(a, mask);
-        if (cnt == -E2BIG) /* over a limit: refused, never a smaller language */
-            break;
-        CHECK(cnt >= 0);
-        int32_t pick = -1;
-        for (int32_t id = 0; id < eng_gram_vocab_size(voc) && pick < 0; id++)
-            if (((mask[id >> 5] >> (id & 31)) & 1) && id != stop)
-                pick = id;
-        if (pick < 0)
-            break;
-        CHECK(eng_gram_matcher_accept(a, pick) == 0);
-    }
+    fuzz_walk(a, voc, stop);
     eng_gram_matcher_free(a);
     eng_gram_matcher_free(b);
     eng_grammar_free(g);

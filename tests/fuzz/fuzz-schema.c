@@ -27,6 +27,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);
         }                                                                                \
     } while (0)
 
+#include "tests/fuzz/fuzz-walk.h"
+
 static eng_tokenizer *tok;
 static eng_gram_vocab *voc;
 
@@ -42,29 +44,14 @@ static void init(void)
     CHECK(voc);
 }
 
-/* A few steps of the matcher on g, always taking the first allowed token but the
- * stop id (the shortest way into a long repetition). */
+/* A few steps of the matcher on g (fuzz-walk.h). */
 static void run(eng_grammar *g)
 {
     int32_t stop = 300;
     eng_gram_matcher *m;
     if (eng_gram_matcher_new(g, voc, &stop, 1, &m))
         return;
-    uint32_t mask[64];
-    CHECK(eng_gram_vocab_size(voc) <= 64 * 32);
-    for (int step = 0; step < 4; step++) {
-        int cnt = eng_gram_matcher_mask(m, mask);
-        if (cnt == -E2BIG) /* over a limit: refused, never a smaller language */
-            break;
-        CHECK(cnt >= 0);
-        int32_t pick = -1;
-        for (int32_t id = 0; id < eng_gram_vocab_size(voc) && pick < 0; id++)
-            if (((mask[id >> 5] >> (id & 31)) & 1) && id != stop)
-                pick = id;
-        if (pick < 0)
-            break;
-        CHECK(eng_gram_matcher_accept(m, pick) == 0);
-    }
+    fuzz_walk(m, voc, stop);
     eng_gram_matcher_free(m);
 }
 
