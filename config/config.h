@@ -59,6 +59,7 @@ struct cfg {
     size_t n_cors_origins;
     char **allowed_hosts;       /* Host header values accepted besides loopback's own */
     size_t n_allowed_hosts;
+    bool no_webui;              /* do not serve the page at / and /ui/ */
 
     /* model and engine */
     char *model;                /* as given: a path or a tag; NULL = default */

@@ -94,6 +94,7 @@ const struct cfg__entry cfg__table[CFG__N_ENTRIES] = {
                              .help = "listening on loopback: accept this Host header too "
                                      "(besides localhost, 127.0.0.1, [::1] and --host); "
                                      "repeatable"),
+    ROW(NO_WEBUI) = BOOL("no-webui", no_webui, false, .help = "do not serve the page at / and /ui/"),
     ROW(MODEL) = STR("model", model, NULL, .metavar = "PATH|TAG",
                      .help = "pack directory, a tag such as " CFG_DEFAULT_MODEL_TAG ", or none",
                      .def_help = CFG_DEFAULT_MODEL_TAG " if found, else the demo pack"),

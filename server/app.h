@@ -8,6 +8,7 @@
 #include "engine/engine.h"
 #include "server/http.h"
 #include "server/metrics.h"
+#include "server/status.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -23,6 +24,7 @@ struct srv_app {
     int64_t model_created;           /* unix time the model became ready */
     srv_http *http;
     srv_metrics *metrics;
+    srv_status *status;              /* the page's status panel (GET /v1/status) */
     struct srv_mailbox *mailbox;     /* worker -> loop thread */
     struct chat *chats;              /* live /v1/chat/completions requests */
     struct eng_gram_limits gram_limits;   /* --grammar-*, for every request's grammar */
@@ -62,6 +64,10 @@ int srv_h_ollama_ps(srv_request *req, struct srv_response *resp);
 int srv_h_ollama_show(srv_request *req, struct srv_response *resp);
 int srv_h_ollama_chat(srv_request *req, struct srv_response *resp);
 int srv_h_ollama_generate(srv_request *req, struct srv_response *resp);
+
+/* server/status.c: GET /v1/status; server/webui.c: the page and its assets */
+int srv_h_status(srv_request *req, struct srv_response *resp);
+int srv_h_webui(srv_request *req, struct srv_response *resp);
 
 extern const struct srv_route srv_routes[];
 extern const size_t srv_n_routes;

@@ -266,6 +266,7 @@ static void on_event(void *data)
         ch->final_seen = true;
         c->n_final++;
         api_chat_run_done(ch->run, &ev->done, ev->text);
+        srv_status_done(c->app->status, &ev->done);
         if (c->n > 1 && c->n_final == c->n && !c->failed && c->stream)
             stream_tail(c);
         if (c->n_final == c->n)
@@ -278,6 +279,7 @@ static void on_event(void *data)
                  ev->error.message);
         if (!c->failed)
             api_chat_run_error(ch->run, &ev->error);
+        srv_status_error(c->app->status, &ev->error);
         if (c->n > 1 && !c->failed) {   /* it answered for the request */
             c->failed = true;
             cancel_all(c);

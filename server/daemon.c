@@ -414,7 +414,8 @@ int srv_daemon_run(const struct cfg *cfg, const struct cfg_model_location *model
         srv_sd_notifyf("STATUS=%s\nERRNO=98", err);
         goto out_loop;
     }
-    if (init_handles(d) != 0 || !(d->app.metrics = srv_metrics_new())) {
+    if (init_handles(d) != 0 || !(d->app.metrics = srv_metrics_new()) ||
+        !(d->app.status = srv_status_new())) {
         log_error("out of memory");
         goto out_handles;
     }
@@ -474,6 +475,7 @@ out_free:
     watch_disarm(&d->watch);
     free(d->app.load_error);
     srv_metrics_free(d->app.metrics);
+    srv_status_free(d->app.status);
 out_loop:
     if (uv_loop_close(&d->loop) != 0)
         log_warn("event loop closed with handles still open");

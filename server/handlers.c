@@ -189,6 +189,11 @@ const struct srv_route srv_routes[] = {
     {"GET", "/v1/models", "/v1/models", false, h_models},
     {"GET", "/v1/models/{id}", "/v1/models/{id}", false, h_model},
     {"GET", "/metrics", "/metrics", false, h_metrics},
+    {"GET", "/v1/status", "/v1/status", false, srv_h_status},
+    /* The page (server/webui.c): public, it asks for the key itself */
+    {"GET", "/", "/ui", true, srv_h_webui},
+    {"GET", "/ui/", "/ui", true, srv_h_webui},
+    {"GET", "/ui/{id}", "/ui", true, srv_h_webui},
     {"POST", "/v1/chat/completions", "/v1/chat/completions", false, srv_h_chat_completions},
     {"POST", "/v1/completions", "/v1/completions", false, srv_h_completions},
     {"POST", "/v1/responses", "/v1/responses", false, srv_h_responses},
