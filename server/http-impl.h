@@ -72,6 +72,7 @@ struct srv_request {
     bool http10;                 /* an HTTP/1.0 request: no 1xx may be sent */
     bool flushing;               /* counted in srv_http.flushing */
     bool in_headers;             /* inside on_headers() */
+    bool quiet;                  /* its answer asked to be logged at debug */
     struct srv_response early;   /* decided from the headers alone, not yet sent */
     char allow[128];             /* Allow header value; lives as long as `early` */
 

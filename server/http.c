@@ -160,6 +160,7 @@ static enum MHD_Result respond(srv_request *req, struct srv_response *resp)
         return MHD_NO;
     }
     resp->body = NULL; /* MHD owns it now */
+    req->quiet = resp->quiet && resp->status < 400;
     if (len)
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
                                 resp->content_type ? resp->content_type : "application/json");
@@ -534,10 +535,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     }
     srv__conn_idle(h, cc);
     srv_metrics_record(h->cfg.metrics, req->route_name, status, secs);
-    /* Health probes are frequent and their 503 while loading is expected. */
-    enum cfg_log_level lvl = (req->route && req->route->is_public) ? CFG_LOG_DEBUG
-                             : status >= 500                       ? CFG_LOG_WARN
-                                                                   : CFG_LOG_INFO;
+    /* Health probes are frequent and their 503 while loading is expected; the
+     * page polls /v1/status (quiet) every few seconds. */
+    enum cfg_log_level lvl = (req->route && req->route->is_public) || req->quiet ? CFG_LOG_DEBUG
+                             : status >= 500                                   ? CFG_LOG_WARN
+                                                                               : CFG_LOG_INFO;
     if (srv_log_enabled(lvl))
         srv_log(lvl, "%s %s -> %d in %.1f ms%s", req->method, req->path, status, secs * 1e3,
                 toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection ended early)");

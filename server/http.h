@@ -74,6 +74,7 @@ struct srv_response {
         const char *value;
     } headers[4];
     int n_headers;
+    bool quiet;                 /* a polled route's success: logged at debug, not info */
 };
 
 /* Add a header to `resp` (silently ignored past the fixed limit: a programming

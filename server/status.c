@@ -233,5 +233,6 @@ int srv_h_status(srv_request *req, struct srv_response *resp)
     resp->status = 200;
     resp->body = srv_status_render(app->status, &v);
     srv_response_header(resp, "Cache-Control", "no-store");
+    resp->quiet = true;
     return resp->body ? 0 : -1;
 }

@@ -167,6 +167,9 @@ def status_is_behind_the_key_and_counts_requests():
         d.post("/v1/chat/completions", data=json.dumps(dict(body, max_tokens=1)), headers=h,
                timeout=60)
     eq(len(d.get("/v1/status", headers=auth).json()["recent"]), 16, "recent is bounded")
+    # The page polls it: its successes stay out of the info log, a refusal does not.
+    check("GET /v1/status -> 200" not in d.log(), "a status poll logged at info")
+    contains(d.log(), "GET /v1/status -> 401", "log")
     stop_ok(d)
 
 
