@@ -208,7 +208,11 @@ class Turn {
     if (!c) {
       c = this.calls[i] = {id: tc.id, type: 'function', function: {name: '', arguments: ''},
                            el: el('code')};
-      this.box.insertBefore(el('div', {class: 'tool-call'}, 'call ', c.el), this.content.nextSibling);
+      if (!this.callsEl) {
+        this.callsEl = el('div', {class: 'tool-calls'});
+        this.box.insertBefore(this.callsEl, this.content.nextSibling);
+      }
+      this.callsEl.append(el('div', {class: 'tool-call'}, 'call ', c.el));
     }
     if (tc.id) c.id = tc.id;
     if (tc.function && tc.function.name) c.function.name += tc.function.name;
