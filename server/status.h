@@ -33,7 +33,7 @@ struct srv_status_view {
     const struct eng_worker_stats *worker; /* NULL before the model is loaded */
 };
 
-/* The JSON body (docs/api.md "GET /v1/status"), malloc'd, or NULL. */
+/* The JSON body (its fields: docs/api.md, Status), malloc'd, or NULL. */
 char *srv_status_render(const srv_status *s, const struct srv_status_view *v);
 
 #endif
