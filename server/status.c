@@ -7,6 +7,7 @@
 #include "server/app.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -59,12 +60,16 @@ static void note_k(srv_status *s, int k, int64_t now_ms)
     s->n_k++;
 }
 
+/* JSON has no NaN or infinity (a rate over no time): jansson refuses them. */
+static double finite_or_0(double x) { return isfinite(x) ? x : 0.0; }
+
 static void note(srv_status *s, const char *outcome, int p, int c, int gen,
                  const struct eng_gen_timings *t, int64_t now_ms)
 {
     s->recent[s->n_recent % N_RECENT] = (struct recent){
         .t_ms = now_ms, .outcome = outcome, .prompt_tokens = p, .cached_tokens = c,
-        .completion_tokens = gen, .prompt_tps = t->prompt_tps, .decode_tps = t->decode_tps,
+        .completion_tokens = gen, .prompt_tps = finite_or_0(t->prompt_tps),
+        .decode_tps = finite_or_0(t->decode_tps),
         .k = t->k, .attempts = t->attempts,
     };
     s->n_recent++;

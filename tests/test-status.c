@@ -5,6 +5,7 @@
 
 #include "tests/check.h"
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,7 +79,7 @@ MCD_TEST(status, the_last_device_error_and_the_worker_counters)
     e.device.attempts = 2;
     srv_status_error(s, &e);
     /* an error that is not the device's leaves the last device error alone */
-    struct eng_error_event bad = {.code = -22};
+    struct eng_error_event bad = {.code = -22, .timings = {.decode_tps = INFINITY}};
     srv_status_error(s, &bad);
     struct eng_worker_stats w = {.current_k = 21, .n_layers = 42, .active = 1, .parallel = 4,
                                  .queue_depth = 3, .queue_size = 16, .k_halvings = 1};
@@ -96,6 +97,8 @@ MCD_TEST(status, the_last_device_error_and_the_worker_counters)
     cr_assert_eq(json_array_size(recent), 2);
     cr_assert_str_eq(json_string_value(json_object_get(json_array_get(recent, 0), "outcome")),
                      "error");
+    /* a rate over no time is 0, not a number JSON cannot hold */
+    cr_assert_eq(json_real_value(json_object_get(json_array_get(recent, 1), "decode_tps")), 0.0);
     json_t *runlists = json_object_get(j, "runlists");
     cr_assert_eq(json_object_size(runlists), ENG_ERT_LAST);
     cr_assert_eq(json_integer_value(json_object_get(runlists, "ERT_CMD_STATE_TIMEOUT")), 1);
