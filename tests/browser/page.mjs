@@ -242,8 +242,9 @@ const scenarios = {
     const {page, problems} = await open(browser, [/HTTP 401 GET .*\/v1\/status/,
                                                   /status of 401/]);
     await page.goto(base + '/', {waitUntil: 'load'});
-    await page.waitForSelector('#key-panel:not([hidden])', WAIT);
-    if (!(await page.$eval('#main', (m) => m.hidden))) fail('the status shows without a key');
+    await page.waitForSelector('#key-panel', {...WAIT, visible: true});
+    const shown = (sel) => page.$eval(sel, (e) => getComputedStyle(e).display !== 'none');
+    if (await shown('#main')) fail('the status and chat show without a key');
     if (await page.evaluate(() => document.activeElement.id) !== 'key-input')
       fail('the key field does not have the focus');
     await shot(page, 'asked');
@@ -253,7 +254,7 @@ const scenarios = {
     await page.keyboard.type(apiKey);
     await page.keyboard.press('Enter');
     await statusLoaded(page);
-    if (!(await page.$eval('#key-panel', (p) => p.hidden))) fail('still asking after the key');
+    if (await shown('#key-panel') || !(await shown('#main'))) fail('still asking after the key');
     const where = await page.evaluate(() => ({
       url: location.href, session: sessionStorage.getItem('minicpmd-api-key'),
       local: localStorage.length, cookie: document.cookie,
@@ -267,7 +268,7 @@ const scenarios = {
     // A new tab of the same browser starts without it.
     const other = await browser.newPage();
     await other.goto(base + '/', {waitUntil: 'load'});
-    await other.waitForSelector('#key-panel:not([hidden])', WAIT);
+    await other.waitForSelector('#key-panel', {...WAIT, visible: true});
     await clean(page, problems, 'apikey');
   },
 };
