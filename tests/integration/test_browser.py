@@ -212,9 +212,10 @@ def chromium_chat_streams_thinking_and_a_tool_call():
 
 @test
 def chromium_stop_cancels_the_generation():
-    """Tokens are on the page while the request runs (the sim at 100 ms a command
-    makes the answer take seconds); Stop ends it and the daemon counts it cancelled."""
-    d = serve(["--sim-latency-us", "100000"], device="sim")
+    """Tokens are on the page while the request runs (the sim at 1 s a command makes
+    the answer take tens of seconds, so the click lands mid-stream however loaded the
+    machine is); Stop ends it and the daemon counts it cancelled."""
+    d = serve(["--sim-latency-us", "1000000"], device="sim")
     words = "kettle timber saddle ladder garden pencil window marble copper lantern"
     browse("stop", d, env={"LONG_PROMPT": "Repeat: " + words})
     stop_ok(d)
