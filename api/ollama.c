@@ -257,21 +257,22 @@ void api_ollama_param(const char *param, char *out, size_t size)
     snprintf(out, size, "%s", e.param);
 }
 
+/* {"error":"<message>"}. */
+static char *error_body(const char *message)
+{
+    json_t *m = json_string(message ? message : "error");
+    if (!m)
+        m = json_string("(message contained invalid UTF-8)");
+    return api_json_dump(json_pack("{s:o}", "error", m), NULL);
+}
+
 char *api_ollama_err_body(const struct api_err *e)
 {
     struct api_err o = *e;
     char param[API_ERR_PARAM_SIZE];
     api_ollama_param(e->param, param, sizeof param);
     api_err_set_param(&o, param);
-    return api_ollama_error(o.message);
-}
-
-char *api_ollama_error(const char *message)
-{
-    json_t *m = json_string(message ? message : "error");
-    if (!m)
-        m = json_string("(message contained invalid UTF-8)");
-    return api_json_dump(json_pack("{s:o}", "error", m), NULL);
+    return error_body(o.message);
 }
 
 /* ---- answers ------------------------------------------------------------------------ */
