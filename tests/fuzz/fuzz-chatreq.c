@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,7 +56,7 @@ static void must_event(char *ev)
     free(ev);
 }
 
-static void check_refusal(const struct api_bad_request *bad)
+static void check_refusal(const struct api_err *bad)
 {
     if (bad->error != API_ERR_BAD_REQUEST && bad->error != API_ERR_INTERNAL)
         abort();
@@ -146,7 +147,7 @@ static void check_request(const struct api_chat_req *r)
         abort();
     if (api_chat_req_budget(r, 4096, 4096) != -ERANGE)
         abort();
-    struct api_bad_request bad;
+    struct api_err bad;
     if (api_chat_req_check_model(r->model, r->model, NULL, 0, &bad) != 0)
         abort();
 }
@@ -175,8 +176,9 @@ static void build_responses(const struct api_chat_req *r, const char *raw, size_
     struct api_chat_delta d = {.content = text, .reasoning = raw, .tool_calls = &td,
                                .n_tool_calls = 1, .logprobs = true, .tokens = &tok,
                                .n_tokens = 1};
-    struct api_device_error de = {(int)n, raw, raw, 1, 2, 3, (int)n - 3, 5, (int64_t)n - 2, raw,
-                                  1, n % 2 == 0};
+    struct api_device_error de = {(int)n, raw, raw, 1, 2, 3, (int)n - 3, 5, (int64_t)n - 2, "",
+                                  1, n % 2 == 0, n % 3 == 0};
+    snprintf(de.device, sizeof de.device, "%s", raw);
     char *body;
     switch (pick % 6) {
     case 0: must_parse(api_chat_completion_body(&ci, &res)); break;
@@ -198,7 +200,7 @@ static void fuzz_completions(const uint8_t *data, size_t size, const struct api_
     if (!body)
         return;
     struct api_completion *c = NULL;
-    struct api_bad_request bad;
+    struct api_err bad;
     if (api_completion_parse(body, lim, &c, &bad) != 0) {
         if (c)
             abort();
@@ -251,7 +253,7 @@ static void fuzz_ollama(const uint8_t *data, size_t size, const struct api_chat_
     bool generate = size % 2;
     enum api_ollama_kind kind;
     json_t *o = NULL;
-    struct api_bad_request bad;
+    struct api_err bad;
     if (api_ollama_translate(body, generate, &kind, &o, &bad) != 0) {
         if (o)
             abort();
@@ -278,8 +280,6 @@ static void fuzz_ollama(const uint8_t *data, size_t size, const struct api_chat_
     json_decref(body);
     if (size % 7 != 0)
         return;
-    char *err = api_ollama_error_body("{\"error\":{\"message\":\"x\"}}");
-    must_parse(err);
     struct api_chat_format *f = api_ollama_format_new(generate, (const char *)"m");
     struct api_chat_ident ci;
     api_chat_ident_init(&ci, "m", NULL, NULL, false);
@@ -297,6 +297,13 @@ static void fuzz_ollama(const uint8_t *data, size_t size, const struct api_chat_
     must_parse(s);
     s = f->end(f->ctx, &ci, API_FINISH_STOP, &u, NULL);
     must_parse(s);
+    /* An error naming a field from the input, renamed to Ollama's names: a body,
+     * and a stream's last line. */
+    struct api_err fe;
+    api_refuse(&fe, API_ERR_BAD_REQUEST, raw, "Invalid '%s': '%s' %s", raw, raw, raw);
+    must_parse(api_ollama_err_body(&fe));
+    must_parse(f->error(f->ctx, &fe, false));
+    must_parse(f->error(f->ctx, &fe, true));
     api_ollama_format_free(f->ctx);
 }
 
@@ -307,7 +314,7 @@ static void fuzz_responses(const uint8_t *data, size_t size, const struct api_ch
     if (!body)
         return;
     json_t *chat = NULL, *echo = NULL;
-    struct api_bad_request bad;
+    struct api_err bad;
     struct api_chat_req *r = NULL;
     if (api_responses_translate(body, &chat, &echo, &bad) != 0) {
         if (chat || echo)
@@ -366,7 +373,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const struct api_chat_limits lim = {.n_vocab = N_VOCAB, .defaults = &defaults};
     /* The server's own body parse (api_parse_object): a refusal, an integer past
      * int64 included (it names the field from a second parse), is one line. */
-    struct api_bad_request pbad;
+    struct api_err pbad;
     json_t *parsed = api_parse_object((const char *)data, size, &pbad);
     if (!parsed && (strchr(pbad.message, '\n') || !pbad.message[0]))
         abort();
@@ -374,7 +381,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     json_t *body = json_loadb((const char *)data, size, JSON_ALLOW_NUL, NULL);
     struct api_chat_req *r = NULL;
     if (body) {
-        struct api_bad_request bad;
+        struct api_err bad;
         if (api_chat_req_parse(body, &lim, &r, &bad) == 0) {
             json_decref(body); /* the request keeps what it borrows alive */
             body = NULL;
