@@ -9,6 +9,7 @@
 #include "util/buf.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -283,7 +284,7 @@ static void keep_logprob(struct api_chat_run *c, const struct eng_token_event *t
         free(l->top);
         return;
     }
-    l->logprob = t->logprob;
+    l->logprob = t->has_logprob ? t->logprob : NAN;   /* NaN: none (the prompt's first) */
     l->n_top = 0;
     for (int k = 0; k < t->n_top; k++) {
         size_t n;
@@ -317,6 +318,11 @@ static void feed(struct api_chat_run *c, const char *text, size_t len)
 
 void api_chat_run_token(api_chat_run *c, const struct eng_token_event *t, const char *text)
 {
+    if (t->prompt) {   /* a prompt token scored: its logprobs go before the output's */
+        if (c->req->prompt_logprobs)
+            keep_logprob(c, t);
+        return;
+    }
     if (c->req->logprobs && t->has_logprob)
         keep_logprob(c, t);
     feed(c, text, t->text_len);
