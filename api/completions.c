@@ -124,7 +124,8 @@ static int check_request(const json_t *body, const struct api_chat_limits *lim,
                                           "fill-in-the-middle mode (send the text before the "
                                           "gap as the prompt).");
     if (parse_prompt(body, n_vocab, c, bad) || api__check_generation(body, lim, r, bad) ||
-        must_be_one(body, "n", bad) || must_be_one(body, "best_of", bad))
+        must_be_one(body, "n", bad) || must_be_one(body, "best_of", bad) ||
+        api__check_format(body, NULL, r, lim, bad))
         return -EINVAL;
 
     long long v = 0, k = 0;
