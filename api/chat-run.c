@@ -16,6 +16,7 @@
 struct tool {
     char id[API_TOOL_CALL_ID_SIZE];
     char *name, *args;
+    bool cut;
 };
 
 struct lp {                      /* one token's logprobs, strings owned */
@@ -203,6 +204,7 @@ static int keep_tool(struct api_chat_run *c, const struct eng_delta *d)
     api_tool_call_id(t->id);
     t->name = strdup(d->name ? d->name : "");
     t->args = strdup(d->arguments ? d->arguments : "{}");
+    t->cut = d->cut;
     c->n_tools++;
     return t->name && t->args ? 0 : -ENOMEM;
 }
@@ -240,7 +242,8 @@ static void flush_deltas(struct api_chat_run *c)
             cd.reasoning = d->text;
         else {
             const struct tool *t = &c->tools[c->n_tools - 1];
-            tc = (struct api_tool_call_delta){(int)c->n_tools - 1, t->id, t->name, t->args};
+            tc = (struct api_tool_call_delta){(int)c->n_tools - 1, t->id, t->name, t->args,
+                                              t->cut};
             cd.tool_calls = &tc;
             cd.n_tool_calls = 1;
         }
@@ -357,7 +360,8 @@ static void finish_message(struct api_chat_run *c, enum api_finish_reason fr,
 {
     struct api_tool_call *tc = c->n_tools ? calloc(c->n_tools, sizeof *tc) : NULL;
     for (size_t i = 0; tc && i < c->n_tools; i++)
-        tc[i] = (struct api_tool_call){c->tools[i].id, c->tools[i].name, c->tools[i].args};
+        tc[i] = (struct api_tool_call){c->tools[i].id, c->tools[i].name, c->tools[i].args,
+                                       c->tools[i].cut};
     struct api_token_logprob *lp = pending_logprobs(c);
     struct api_chat_result r = {
         .content = c->content.p,
