@@ -33,7 +33,7 @@ static uint64_t fallback_random(void)
 }
 
 /* n random characters from ALNUM, unbiased (bytes >= 248 are redrawn). */
-static void random_alnum(char *out, size_t n)
+void api_random_alnum(char *out, size_t n)
 {
     size_t i = 0;
     while (i < n) {
@@ -53,7 +53,7 @@ static void random_alnum(char *out, size_t n)
 void api_tool_call_id(char out[API_TOOL_CALL_ID_SIZE])
 {
     memcpy(out, "call_", 5);
-    random_alnum(out + 5, API_TOOL_CALL_ID_SIZE - 6);
+    api_random_alnum(out + 5, API_TOOL_CALL_ID_SIZE - 6);
 }
 
 /* `s` with everything outside [A-Za-z0-9._+-] as '_', appended at out[*at]. */
@@ -73,7 +73,7 @@ void api_chat_ident_init(struct api_chat_ident *ci, const char *model, const cha
 {
     memset(ci, 0, sizeof *ci);
     memcpy(ci->id, "chatcmpl-", 9);
-    random_alnum(ci->id + 9, 32);
+    api_random_alnum(ci->id + 9, 32);
     ci->created = (int64_t)time(NULL);
     ci->model = model;
     ci->include_usage = include_usage;
@@ -240,22 +240,30 @@ static json_t *head(const struct api_chat_ident *ci, const char *object)
                      ci->fingerprint);
 }
 
+static json_t *choice_json(int index, const struct api_chat_result *r)
+{
+    return json_pack("{s:i, s:o, s:o, s:s}", "index", index, "message", message_json(r),
+                     "logprobs", logprobs_json(r->logprobs, r->tokens, r->n_tokens),
+                     "finish_reason", api_finish_reason_name(r->finish));
+}
+
 json_t *api_chat_completion_json(const struct api_chat_ident *ci, const struct api_chat_result *r)
 {
     json_t *o = head(ci, "chat.completion");
-    if (!o)
-        return NULL;
-    json_t *choice = json_pack("{s:i, s:o, s:o, s:s}", "index", ci->index, "message",
-                               message_json(r),
-                               "logprobs", logprobs_json(r->logprobs, r->tokens, r->n_tokens),
-                               "finish_reason", api_finish_reason_name(r->finish));
-    json_t *choices = choice ? json_pack("[o]", choice) : NULL;
-    if (!put(o, "choices", choices) || !put(o, "usage", usage_json(&r->usage)) ||
-        (r->timings && !put(o, "timings", api_timings_json(r->timings)))) {
-        json_decref(o);
-        return NULL;
-    }
+    json_t *choices = json_array();
+    if (!put(o, "choices", choices) ||
+        json_array_append_new(choices, choice_json(ci->index, r)) != 0)
+        goto fail;
+    for (size_t i = 0; i < r->n_others; i++)
+        if (json_array_append_new(choices, choice_json(ci->index + 1 + (int)i, &r->others[i])))
+            goto fail;
+    if (!put(o, "usage", usage_json(&r->usage)) ||
+        (r->timings && !put(o, "timings", api_timings_json(r->timings))))
+        goto fail;
     return o;
+fail:
+    json_decref(o);
+    return NULL;
 }
 
 char *api_chat_completion_body(const struct api_chat_ident *ci, const struct api_chat_result *r)
@@ -268,46 +276,10 @@ char *api_chat_completion_body(const struct api_chat_ident *ci, const struct api
     return s;
 }
 
-static int add_int(json_t *to, const json_t *from, const char *k1, const char *k2)
+void api_usage_add_choice(struct api_usage *sum, const struct api_usage *choice)
 {
-    json_t *a = json_object_get(to, k1), *b = json_object_get(from, k1);
-    if (k2)
-        a = json_object_get(a, k2), b = json_object_get(b, k2);
-    if (!json_is_integer(a) || !json_is_integer(b))
-        return -1;
-    return json_integer_set(a, json_integer_value(a) + json_integer_value(b));
-}
-
-char *api_chat_completion_merge(char *const *bodies, int n)
-{
-    json_t *out = NULL, *choices = json_array();
-    char *s = NULL;
-    if (!choices || n < 1)
-        goto done;
-    for (int i = 0; i < n; i++) {
-        json_t *o = bodies[i] ? json_loads(bodies[i], 0, NULL) : NULL;
-        json_t *c = json_array_get(json_object_get(o, "choices"), 0);
-        int bad = !c || json_array_append(choices, c) != 0;
-        if (!bad && i > 0)  /* usage: the prompt once, the completions summed */
-            bad = add_int(out, o, "usage", "completion_tokens") ||
-                  add_int(json_object_get(out, "usage"), json_object_get(o, "usage"),
-                          "completion_tokens_details", "reasoning_tokens");
-        if (i == 0 && !bad)
-            out = json_incref(o);
-        json_decref(o);
-        if (bad)
-            goto done;
-    }
-    json_t *u = json_object_get(out, "usage");
-    json_int_t total = json_integer_value(json_object_get(u, "prompt_tokens")) +
-                       json_integer_value(json_object_get(u, "completion_tokens"));
-    if (json_object_set(out, "choices", choices) == 0 &&
-        json_object_set_new(u, "total_tokens", json_integer(total)) == 0)
-        s = json_dumps(out, JSON_COMPACT);
-done:
-    json_decref(choices);
-    json_decref(out);
-    return s;
+    sum->completion_tokens += choice->completion_tokens;
+    sum->reasoning_tokens += choice->reasoning_tokens;
 }
 
 char *api_chat_stream_tail(const struct api_chat_ident *ci, const struct api_usage *u)
@@ -453,6 +425,14 @@ char *api_sse_frame(const char *data)
     return out;
 }
 
+char *api_err_sse(const struct api_err *e)
+{
+    char *body = api_err_body(e);
+    char *f = api_sse_frame(body);
+    free(body);
+    return f;
+}
+
 char *api_sse_event(json_t *obj)
 {
     if (!obj)
@@ -466,136 +446,57 @@ char *api_sse_event(json_t *obj)
 
 /* ---- errors ----------------------------------------------------------------------------- */
 
+void api_context_length_err(struct api_err *e, int32_t n_ctx, int32_t n_prompt,
+                            int32_t n_completion)
+{
+    if (n_completion > 0)
+        api_refuse(e, API_ERR_CONTEXT_LENGTH, "messages",
+                   "This model's maximum context length is %d tokens. However, you requested "
+                   "%lld tokens (%d in the messages, %d in the completion). Please reduce the "
+                   "length of the messages or completion.",
+                   (int)n_ctx, (long long)n_prompt + n_completion, (int)n_prompt,
+                   (int)n_completion);
+    else
+        api_refuse(e, API_ERR_CONTEXT_LENGTH, "messages",
+                   "This model's maximum context length is %d tokens. However, your messages "
+                   "resulted in %d tokens. Please reduce the length of the messages.",
+                   (int)n_ctx, (int)n_prompt);
+}
+
 char *api_context_length_body(int32_t n_ctx, int32_t n_prompt, int32_t n_completion)
 {
-    char msg[320];
-    if (n_completion > 0)
-        snprintf(msg, sizeof msg,
-                 "This model's maximum context length is %d tokens. However, you requested %lld "
-                 "tokens (%d in the messages, %d in the completion). Please reduce the length "
-                 "of the messages or completion.",
-                 (int)n_ctx, (long long)n_prompt + n_completion, (int)n_prompt,
-                 (int)n_completion);
-    else
-        snprintf(msg, sizeof msg,
-                 "This model's maximum context length is %d tokens. However, your messages "
-                 "resulted in %d tokens. Please reduce the length of the messages.",
-                 (int)n_ctx, (int)n_prompt);
-    return api_error_body(API_ERR_CONTEXT_LENGTH, msg, "messages");
+    struct api_err e;
+    api_context_length_err(&e, n_ctx, n_prompt, n_completion);
+    return api_err_body(&e);
+}
+
+void api_server_busy_err(struct api_err *e, int queue_limit)
+{
+    api_refuse(e, API_ERR_BUSY, NULL,
+               "The server is busy: %d requests are already waiting, the most it queues. Please "
+               "retry later.",
+               queue_limit);
 }
 
 char *api_server_busy_body(int queue_limit)
 {
-    char msg[160];
-    snprintf(msg, sizeof msg,
-             "The server is busy: %d requests are already waiting, the most it queues. Please "
-             "retry later.",
-             queue_limit);
-    return api_error_body(API_ERR_BUSY, msg, NULL);
-}
-
-/* "ERT_CMD_STATE_TIMEOUT" -> "ert_cmd_state_timeout"; anything but letters, digits
- * and '_' is dropped. */
-static void lower_code(char *out, size_t size, const char *name)
-{
-    size_t o = 0;
-    for (; name && *name && o + 1 < size; name++) {
-        char c = *name;
-        if (c >= 'A' && c <= 'Z')
-            out[o++] = (char)(c - 'A' + 'a');
-        else if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')
-            out[o++] = c;
-    }
-    out[o] = '\0';
-}
-
-static void appendf(char *buf, size_t size, size_t *at, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void appendf(char *buf, size_t size, size_t *at, const char *fmt, ...)
-{
-    if (*at >= size)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf + *at, size - *at, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        *at += (size_t)n < size - *at ? (size_t)n : size - *at - 1;
-}
-
-static bool put_int(json_t *o, const char *key, long long v)
-{
-    return v < 0 || put(o, key, json_integer(v));
+    struct api_err e;
+    api_server_busy_err(&e, queue_limit);
+    return api_err_body(&e);
 }
 
 json_t *api_device_error_json(const struct api_device_error *e)
 {
-    char code[64], msg[400];
-    lower_code(code, sizeof code, e->ert_name);
-    if (!code[0])
-        snprintf(code, sizeof code, "device_error");
-
-    /* "The xrt device failed with ERT_CMD_STATE_TIMEOUT (state 8) during decode,
-     * chunk 1 of 3 (layers 0-20) at token 57 after 2003 ms; 1 attempt. …" — each
-     * part only when known. */
-    size_t at = 0;
-    appendf(msg, sizeof msg, &at, "The %s device failed", e->device ? e->device : "compute");
-    if (e->ert_name)
-        appendf(msg, sizeof msg, &at, " with %s", e->ert_name);
-    if (e->ert_state >= 0)
-        appendf(msg, sizeof msg, &at, " (state %d)", e->ert_state);
-    if (e->phase)
-        appendf(msg, sizeof msg, &at, " during %s", e->phase);
-    if (e->chunk_index >= 0) {
-        appendf(msg, sizeof msg, &at, ", chunk %d", e->chunk_index);
-        if (e->chunk_count >= 0)
-            appendf(msg, sizeof msg, &at, " of %d", e->chunk_count);
-    }
-    if (e->head)
-        appendf(msg, sizeof msg, &at, " (the head runlist: final norm and lm_head)");
-    else if (e->layer_first >= 0 && e->layer_last >= e->layer_first)
-        appendf(msg, sizeof msg, &at, " (layers %d-%d)", e->layer_first, e->layer_last);
-    if (e->token_pos >= 0)
-        appendf(msg, sizeof msg, &at, " at token %d", e->token_pos);
-    if (e->elapsed_ms >= 0)
-        appendf(msg, sizeof msg, &at, " after %lld ms", (long long)e->elapsed_ms);
-    if (e->attempts >= 0)
-        appendf(msg, sizeof msg, &at, "; %d attempt%s", e->attempts, e->attempts == 1 ? "" : "s");
-    appendf(msg, sizeof msg, &at, e->unrecovered
-                                      ? ". The request was not completed and the device "
-                                        "could not be reset."
-                                      : ". The request was not completed; it may be retried.");
-
-    json_t *err = json_pack("{s:o, s:s, s:n, s:s}", "message", text(msg), "type",
-                            api_error_type(API_ERR_DEVICE_FAULT), "param", "code", code);
-    if (!err)
-        return NULL;
-    bool ok = put_int(err, "ert_state", e->ert_state) &&
-              (!e->phase || put(err, "phase", text(e->phase))) &&
-              put_int(err, "chunk_index", e->chunk_index) &&
-              put_int(err, "chunk_count", e->chunk_count) &&
-              (e->head ? put(err, "runlist", text("head"))
-                       : put_int(err, "layer_first", e->layer_first) &&
-                             put_int(err, "layer_last", e->layer_last)) &&
-              put_int(err, "token_pos", e->token_pos) &&
-              put_int(err, "elapsed_ms", e->elapsed_ms) &&
-              (!e->device || put(err, "device", text(e->device))) &&
-              put_int(err, "attempts", e->attempts);
-    if (!ok) {
-        json_decref(err);
-        return NULL;
-    }
-    return json_pack("{s:o}", "error", err);
+    struct api_err err;
+    api_err_device(&err, e);
+    return api_err_json(&err);
 }
 
 char *api_device_error_body(const struct api_device_error *e)
 {
-    json_t *o = api_device_error_json(e);
-    if (!o)
-        return NULL;
-    char *s = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    return s;
+    struct api_err err;
+    api_err_device(&err, e);
+    return api_err_body(&err);
 }
 
 /* ---- pieces for the other surfaces ---------------------------------------------- */

@@ -41,6 +41,10 @@ struct api_chat_ident {
 void api_chat_ident_init(struct api_chat_ident *ci, const char *model, const char *version,
                          const char *device, bool include_usage);
 
+/* n random [0-9A-Za-z] into out[0..n), NUL-terminated at out[n]: the random part of
+ * every id (chat, completions "cmpl-", Responses, tool calls). */
+void api_random_alnum(char *out, size_t n);
+
 /* A tool call id: "call_" + 24 random [0-9A-Za-z], NUL-terminated in out[30]. */
 #define API_TOOL_CALL_ID_SIZE 30
 void api_tool_call_id(char out[API_TOOL_CALL_ID_SIZE]);
@@ -110,19 +114,21 @@ struct api_chat_result {
     bool logprobs;              /* asked: choices[0].logprobs = {"content":[…]}; else null */
     const struct api_token_logprob *tokens;
     size_t n_tokens;
-    struct api_usage usage;
+    struct api_usage usage;     /* with n > 1: of every choice (api_usage_add_choice) */
     const struct api_timings *timings;   /* NULL: no "timings" */
+    /* OpenAI chat's n > 1: choices 1 .. n_others, after this one (choice 0); only
+     * their choice fields are read. Other surfaces have one choice. */
+    const struct api_chat_result *others;
+    size_t n_others;
 };
 
-/* The chat.completion object / its compact JSON text. */
-json_t *api_chat_completion_json(const struct api_chat_ident *ci, const struct api_chat_result *r);
+/* Counts one more choice of the same prompt into `sum`, as OpenAI counts n > 1:
+ * the prompt once, completion and reasoning tokens summed. */
+void api_usage_add_choice(struct api_usage *sum, const struct api_usage *choice);
 
-/* The answer of a request with n > 1 choices from the n bodies of its choices
- * (api_chat_completion_body each, choice i with index i): one object, the first's
- * head and timings, every choice in index order, usage as OpenAI counts it (the
- * prompt once, completion and reasoning tokens summed). NULL: a body is not one,
- * or out of memory. */
-char *api_chat_completion_merge(char *const *bodies, int n);
+/* The chat.completion object / its compact JSON text: every choice of `r` in index
+ * order (r itself ci->index, its others the next ones), r's usage and timings. */
+json_t *api_chat_completion_json(const struct api_chat_ident *ci, const struct api_chat_result *r);
 
 /* The end of a stream of n > 1 choices, after each choice's final chunk: the usage
  * chunk (with include_usage; `u` summed as above) and [DONE]. */
@@ -183,6 +189,8 @@ char *api_sse_event(json_t *obj);
  * api_sse_frame(body) and then the end of the stream, with no [DONE] (llama.cpp;
  * the OpenAI SDKs raise APIError on a data object with an "error" key). */
 char *api_sse_frame(const char *data);
+/* api_sse_frame(api_err_body(e)): OpenAI chat's and completions' failure event. */
+char *api_err_sse(const struct api_err *e);
 
 /* ---- errors generation produces ------------------------------------------------- */
 
@@ -192,42 +200,18 @@ char *api_sse_frame(const char *data);
  * completion length was asked (n_completion > 0), "… However, you requested M
  * tokens (P in the messages, C in the completion). Please reduce the length of the
  * messages or completion." */
+void api_context_length_err(struct api_err *e, int32_t n_ctx, int32_t n_prompt,
+                            int32_t n_completion);
 char *api_context_length_body(int32_t n_ctx, int32_t n_prompt, int32_t n_completion);
 
 /* 503 server_busy: "the server is busy: N requests are already waiting; retry
  * later". Send it with Retry-After. */
+void api_server_busy_err(struct api_err *e, int queue_limit);
 char *api_server_busy_body(int queue_limit);
 
-/* A device fault the worker gave up on. Plain fields, so the worker's struct
- * eng_device_error (engine/ert.h) maps onto it: ert_name = eng_ert_name(state),
- * phase = eng_phase_name(phase), layer_first/layer_last = layer_begin and
- * layer_end - 1. A negative number or NULL string means unknown and is left out. */
-struct api_device_error {
-    int ert_state;              /* the ERT command state number */
-    const char *ert_name;       /* e.g. "ERT_CMD_STATE_TIMEOUT" */
-    const char *phase;          /* "prefill", "decode", … */
-    int chunk_index;            /* which runlist chunk (0-based) of chunk_count */
-    int chunk_count;
-    int layer_first, layer_last;   /* the layers that chunk covers, inclusive; a
-                                    * last below first (a runlist without layers)
-                                    * is not mentioned in the message */
-    int token_pos;              /* the position being computed */
-    int64_t elapsed_ms;         /* of the failed submission */
-    const char *device;         /* e.g. "xrt" */
-    int attempts;               /* submissions tried, retries included */
-    bool unrecovered;           /* the device could not be reset (HTTP 500): the
-                                 * message says so instead of "it may be retried" */
-    bool head;                  /* the head runlist (final norm + lm_head, no layers):
-                                 * "runlist":"head", no layer_first/layer_last */
-};
-
-/* {"error":{"message", "type":"device_error", "param":null, "code":"<ert_name in
- * lower case>" (e.g. "ert_cmd_state_timeout";
- * "device_error" without a name), "ert_state", "phase", "chunk_index",
- * "chunk_count", "layer_first", "layer_last" (or "runlist":"head"), "token_pos",
- * "elapsed_ms", "device",
- * "attempts"}}. Status: 503 + Retry-After when the device was reset and serves
- * again, 500 when it could not be reset (server/chat.c). */
+/* A device fault's OpenAI body: api_err_device() then api_err_json() / _body()
+ * (api/error.h). Status: 503 + Retry-After when the device was reset and serves
+ * again, 500 when it could not be reset. */
 json_t *api_device_error_json(const struct api_device_error *e);
 char *api_device_error_body(const struct api_device_error *e);
 

@@ -4,9 +4,9 @@
  * generated text goes through the output parser (reasoning / content / tool
  * calls, engine/outparse.h) into SSE chunks (stream) or one accumulated message
  * (non-stream), with logprobs, usage, timings and the finish reason; a failure
- * becomes the error body and status of api.h's table. server/ feeds it the
- * worker's events (on the loop thread) and drains it through a sink: it never
- * builds an answer itself.
+ * becomes a struct api_err (api/error.h) that the surface's framing renders.
+ * server/ feeds it the worker's events (on the loop thread) and drains it
+ * through a sink: it never builds an answer itself.
  *
  * One thread at a time (the loop thread). */
 #ifndef MINICPMD_API_CHAT_RUN_H
@@ -34,10 +34,16 @@ struct api_chat_format {
                  const struct api_usage *u, const struct api_timings *t);
     /* The answer of a non-streamed request. */
     char *(*body)(void *ctx, const struct api_chat_ident *id, const struct api_chat_result *r);
-    /* A stream's last frame when it fails: `error_body` is api.h's error JSON. */
-    char *(*error)(void *ctx, const char *error_body);
+    /* A failure in the surface's shape (api/error.h): with `stream`, the last
+     * frame(s) of a stream that has started; without, the body of a whole answer
+     * (the caller sends it with api_err_status() and api_err_retry_after()). */
+    char *(*error)(void *ctx, const struct api_err *e, bool stream);
     void *ctx;
 };
+
+/* f->error(), or OpenAI chat's rendering when `f` is NULL. NULL: out of memory. */
+char *api_chat_format_error(const struct api_chat_format *f, const struct api_err *e,
+                            bool stream);
 
 /* Where the output goes. Ownership of every string passes to the sink. */
 struct api_chat_sink {
@@ -47,13 +53,18 @@ struct api_chat_sink {
      * NULL or static), or of a streamed one that failed before its first chunk.
      * Called at most once. `body` NULL means out of memory. */
     void (*answer)(void *ctx, int status, char *body, const char *retry_after);
+    /* Optional, non-streamed requests: the result itself instead of a rendered
+     * body, for a caller that renders several runs' choices as one answer (OpenAI
+     * chat's n > 1). Valid until the run is freed. Failures still go to answer. */
+    void (*result)(void *ctx, const struct api_chat_result *r);
     void *ctx;
     const struct api_chat_format *format;   /* NULL: OpenAI's chat.completion */
 };
 
 /* OpenAI's chat framing for one choice of a request with n > 1 (its ident's index
  * set): its stream ends with its final chunk only, and the usage it reports is
- * written to *usage; the caller sends api_chat_stream_tail after the last choice. */
+ * written to *usage; the caller sends api_chat_stream_tail after the last choice.
+ * Not streamed, the choices' results go to the sink's `result`. */
 struct api_chat_format api_chat_choice_format(struct api_usage *usage);
 
 typedef struct api_chat_run api_chat_run;

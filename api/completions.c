@@ -4,6 +4,7 @@
 
 #include "api/json-util.h"
 #include "api/chat-resp.h"
+#include "util/utf8.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -14,7 +15,7 @@
 /* ---- the request ------------------------------------------------------------------ */
 
 static int parse_ids(const json_t *arr, const char *param, int32_t n_vocab,
-                     struct api_completion_prompt *c, struct api_bad_request *bad)
+                     struct api_completion_prompt *c, struct api_err *bad)
 {
     size_t n = json_array_size(arr);
     if (n == 0)
@@ -53,7 +54,7 @@ static bool all_integers(const json_t *arr)
 /* A string, token ids, or an array of either (OpenAI's batch: one choice per
  * prompt, choice i answering prompt i). */
 static int parse_prompt(const json_t *body, int32_t n_vocab, struct api_completion *c,
-                        struct api_bad_request *bad)
+                        struct api_err *bad)
 {
     const json_t *p = api__opt(body, "prompt");
     if (!p)
@@ -94,7 +95,7 @@ static int parse_prompt(const json_t *body, int32_t n_vocab, struct api_completi
     return 0;
 }
 
-static int must_be_one(const json_t *body, const char *key, struct api_bad_request *bad)
+static int must_be_one(const json_t *body, const char *key, struct api_err *bad)
 {
     long long k = 1;
     bool given;
@@ -108,7 +109,7 @@ static int must_be_one(const json_t *body, const char *key, struct api_bad_reque
 }
 
 static int check_request(const json_t *body, const struct api_chat_limits *lim,
-                         struct api_completion *c, struct api_bad_request *bad)
+                         struct api_completion *c, struct api_err *bad)
 {
     struct api_chat_req *r = c->req;
     int32_t n_vocab = lim && lim->n_vocab > 0 ? lim->n_vocab : INT32_MAX;
@@ -153,7 +154,7 @@ static int check_request(const json_t *body, const struct api_chat_limits *lim,
 }
 
 int api_completion_parse(const json_t *body, const struct api_chat_limits *lim,
-                         struct api_completion **out, struct api_bad_request *bad)
+                         struct api_completion **out, struct api_err *bad)
 {
     *out = NULL;
     if (!json_is_object(body))
@@ -196,24 +197,15 @@ struct cfmt {
     bool echo_lp;               /* the logprobs begin with the echoed prompt's tokens */
     int index;                  /* the choice's: its prompt's place in the request */
     long offset;                /* text_offset of the next token, in characters */
-    char id[64];                /* "cmpl-" + the chat ident's random part */
+    char id[48];                /* "cmpl-" + 32 random [0-9A-Za-z], its own */
 };
 
 /* Characters (code points) in n bytes of UTF-8: the bytes that start one. */
-static long chars(const char *s, size_t n)
-{
-    long k = 0;
-    for (size_t i = 0; i < n; i++)
-        k += ((unsigned char)s[i] & 0xC0) != 0x80;
-    return k;
-}
+static long chars(const char *s, size_t n) { return (long)ut_utf8_count_starts(s, n); }
 
 static const char *cmpl_id(struct cfmt *f, const struct api_chat_ident *ci)
 {
-    if (!f->id[0]) {
-        const char *rnd = strncmp(ci->id, "chatcmpl-", 9) == 0 ? ci->id + 9 : ci->id;
-        snprintf(f->id, sizeof f->id, "cmpl-%s", rnd);
-    }
+    (void)ci;
     return f->id;
 }
 
@@ -348,10 +340,10 @@ static char *c_body(void *ctx, const struct api_chat_ident *ci, const struct api
     return api_json_dump(o, NULL);
 }
 
-static char *c_error(void *ctx, const char *error_body)
+static char *c_error(void *ctx, const struct api_err *e, bool stream)
 {
     (void)ctx;
-    return api_sse_frame(error_body);
+    return stream ? api_err_sse(e) : api_err_body(e);
 }
 
 struct api_chat_format *api_completion_format_new(const char *echo, size_t echo_len,
@@ -372,6 +364,8 @@ struct api_chat_format *api_completion_format_new(const char *echo, size_t echo_
     f->include_usage = include_usage;
     f->index = index;
     f->echo_lp = echo && echo_logprobs;
+    memcpy(f->id, "cmpl-", 5);
+    api_random_alnum(f->id + 5, 32);
     f->f = (struct api_chat_format){c_start, c_delta, c_end, c_body, c_error, f};
     return &f->f;
 }

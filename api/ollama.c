@@ -18,7 +18,7 @@
 /* options: the sampler's names as OpenAI's; runtime settings (num_ctx, num_gpu,
  * num_thread, mirostat, …) are accepted and ignored, as Ollama ignores the ones its
  * runner does not use. */
-static int map_options(const json_t *opts, json_t *o, struct api_bad_request *bad)
+static int map_options(const json_t *opts, json_t *o, struct api_err *bad)
 {
     if (!opts)
         return 0;
@@ -39,7 +39,7 @@ static int map_options(const json_t *opts, json_t *o, struct api_bad_request *ba
 }
 
 /* format: "json" or a JSON schema, into OpenAI's response_format. */
-static int map_format(const json_t *f, json_t *o, struct api_bad_request *bad)
+static int map_format(const json_t *f, json_t *o, struct api_err *bad)
 {
     if (!f || (json_is_string(f) && json_string_length(f) == 0))
         return 0;
@@ -54,7 +54,7 @@ static int map_format(const json_t *f, json_t *o, struct api_bad_request *bad)
 }
 
 /* think: true/false, or a level ("low", "medium", "high") as reasoning_effort. */
-static int map_think(const json_t *t, json_t *o, struct api_bad_request *bad)
+static int map_think(const json_t *t, json_t *o, struct api_err *bad)
 {
     if (!t)
         return 0;
@@ -73,7 +73,7 @@ static bool nonempty(const json_t *v)
 }
 
 /* One Ollama message as an OpenAI one. */
-static int map_message(const json_t *m, size_t i, json_t *msgs, struct api_bad_request *bad)
+static int map_message(const json_t *m, size_t i, json_t *msgs, struct api_err *bad)
 {
     char p[64];
     api__path(p, sizeof p, "messages[%zu]", i);
@@ -116,7 +116,7 @@ static int map_message(const json_t *m, size_t i, json_t *msgs, struct api_bad_r
     return 0;
 }
 
-static int common(const json_t *body, json_t *o, struct api_bad_request *bad)
+static int common(const json_t *body, json_t *o, struct api_err *bad)
 {
     const json_t *stream = api__opt(body, "stream");
     if (stream && !json_is_boolean(stream))
@@ -129,7 +129,7 @@ static int common(const json_t *body, json_t *o, struct api_bad_request *bad)
     return 0;
 }
 
-static int translate_chat(const json_t *body, json_t *o, struct api_bad_request *bad)
+static int translate_chat(const json_t *body, json_t *o, struct api_err *bad)
 {
     const json_t *msgs = api__opt(body, "messages");
     if (!msgs)
@@ -149,7 +149,7 @@ static int translate_chat(const json_t *body, json_t *o, struct api_bad_request 
 }
 
 static int translate_generate(const json_t *body, json_t *o, enum api_ollama_kind *kind,
-                              struct api_bad_request *bad)
+                              struct api_err *bad)
 {
     static const char *const refused[] = {"suffix", "images", "context", "template"};
     static const char *const why[] = {
@@ -191,7 +191,7 @@ static int translate_generate(const json_t *body, json_t *o, enum api_ollama_kin
 }
 
 int api_ollama_translate(const json_t *body, bool generate, enum api_ollama_kind *kind,
-                         json_t **out, struct api_bad_request *bad)
+                         json_t **out, struct api_err *bad)
 {
     *out = NULL;
     *kind = generate ? API_OLLAMA_GENERATE : API_OLLAMA_CHAT;
@@ -218,18 +218,61 @@ int api_ollama_translate(const json_t *body, bool generate, enum api_ollama_kind
 
 /* ---- errors ------------------------------------------------------------------------- */
 
-char *api_ollama_error(const char *message)
+/* The translated body's names back to the ones the Ollama client sent. */
+static const struct api_param_name param_names[] = {
+    {"repetition_penalty", "options.repeat_penalty"},
+    {"max_tokens", "options.num_predict"},
+    {"temperature", "options.temperature"},
+    {"top_p", "options.top_p"},
+    {"top_k", "options.top_k"},
+    {"min_p", "options.min_p"},
+    {"seed", "options.seed"},
+    {"presence_penalty", "options.presence_penalty"},
+    {"frequency_penalty", "options.frequency_penalty"},
+    {"stop", "options.stop"},
+    {"response_format", "format"},
+    {"reasoning_effort", "think"},
+};
+
+/* The message fields map_message() renamed, after "messages[i]". */
+static const struct api_param_name message_fields[] = {
+    {".reasoning_content", ".thinking"},
+    {".name", ".tool_name"},
+};
+
+void api_ollama_param(const char *param, char *out, size_t size)
 {
-    return api_json_dump(json_pack("{s:s}", "error", message ? message : "error"), NULL);
+    struct api_err e = {.error = API_ERR_BAD_REQUEST};
+    snprintf(e.param, sizeof e.param, "%s", param ? param : "");
+    api_err_rename(&e, param_names, sizeof param_names / sizeof *param_names);
+    const char *close = strncmp(e.param, "messages[", 9) == 0 ? strchr(e.param, ']') : NULL;
+    if (close) {   /* messages[i].reasoning_content -> messages[i].thinking, … */
+        size_t head = (size_t)(close + 1 - e.param);
+        struct api_err f = {.error = API_ERR_BAD_REQUEST};
+        snprintf(f.param, sizeof f.param, "%s", e.param + head);
+        api_err_rename(&f, message_fields, sizeof message_fields / sizeof *message_fields);
+        snprintf(out, size, "%.*s%s", (int)head, e.param, f.param);
+        return;
+    }
+    snprintf(out, size, "%s", e.param);
 }
 
-char *api_ollama_error_body(const char *openai_body)
+/* {"error":"<message>"}. */
+static char *error_body(const char *message)
 {
-    json_t *j = json_loads(openai_body, 0, NULL);
-    const char *msg = json_string_value(json_object_get(json_object_get(j, "error"), "message"));
-    char *s = msg ? api_ollama_error(msg) : NULL;
-    json_decref(j);
-    return s;
+    json_t *m = json_string(message ? message : "error");
+    if (!m)
+        m = json_string("(message contained invalid UTF-8)");
+    return api_json_dump(json_pack("{s:o}", "error", m), NULL);
+}
+
+char *api_ollama_err_body(const struct api_err *e)
+{
+    struct api_err o = *e;
+    char param[API_ERR_PARAM_SIZE];
+    api_ollama_param(e->param, param, sizeof param);
+    api_err_set_param(&o, param);
+    return error_body(o.message);
 }
 
 /* ---- answers ------------------------------------------------------------------------ */
@@ -271,6 +314,9 @@ static json_t *head(const struct ofmt *f)
 static json_t *calls_json(const struct api_tool_call *tc, const struct api_tool_call_delta *td,
                           size_t n);
 
+/* A tool call's arguments as the object Ollama sends. The text is the model's
+ * output (the engine's parser found the call in it), not JSON api/ made, so it is
+ * parsed here; text that is not an object becomes {}. */
 static json_t *arguments(const char *s)
 {
     json_t *a = s ? json_loads(s, 0, NULL) : NULL;
@@ -380,10 +426,13 @@ static char *o_body(void *ctx, const struct api_chat_ident *ci, const struct api
     return api_json_dump(o, NULL);
 }
 
-static char *o_error(void *ctx, const char *error_body)
+/* Ollama's {"error":"…"}: a whole body, or a stream's last NDJSON line. */
+static char *o_error(void *ctx, const struct api_err *e, bool stream)
 {
     (void)ctx;
-    char *s = api_ollama_error_body(error_body);
+    char *s = api_ollama_err_body(e);
+    if (!stream)
+        return s;
     size_t n = s ? strlen(s) : 0;
     char *t = s ? realloc(s, n + 2) : NULL;
     if (!t) {

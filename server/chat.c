@@ -20,7 +20,8 @@
  * each with its own run whose ident carries index i. A stream interleaves their
  * chunks as they come and ends, after every choice's final chunk, with one usage
  * chunk (the prompt once, completions summed, as OpenAI counts) and [DONE]; a
- * non-stream answer merges the n bodies (api_chat_completion_merge). The first
+ * non-stream answer is one result of the n choices (api_chat_result's others),
+ * rendered once. The first
  * choice that fails answers for the request and cancels the others. The worker
  * shares the prompt's KV between them (engine/worker/sched.c). */
 #include "api/chat-req.h"
@@ -53,7 +54,8 @@ struct choice {
     struct api_chat_ident ident;    /* the chat's, with this choice's index */
     struct api_chat_format fmt;     /* n > 1: api_chat_choice_format */
     struct api_usage usage;         /* n > 1: what its stream's end reported */
-    char *body;                     /* n > 1, non-stream: its answer */
+    const struct api_chat_result *result;   /* n > 1, non-stream: its run's */
+    char *body;                     /* several raw prompts, non-stream: its answer */
     bool submitted, final_seen;
     /* choice i > 0 of several raw prompts: its own prompt */
     const char *text;
@@ -129,21 +131,28 @@ static void answer(struct chat *c, struct srv_response *resp)
         free(resp->body);
         return;
     }
-    if (resp->status >= 400 && resp->body && c->surf.refusal) {
-        char *b = c->surf.refusal(c->surf.format ? c->surf.format->ctx : NULL, resp->body);
-        if (b) {
-            free(resp->body);
-            resp->body = b;
-        }
-    }
     srv_request_complete(c->req, resp);
     c->req = NULL;
 }
 
-static void answer_error(struct chat *c, enum api_error e, const char *param, const char *msg)
+/* `e` as the surface's error body (NULL out of memory: a bare status). */
+static void error_response(const struct srv_chat_surface *surf, const struct api_err *e,
+                           struct srv_response *resp)
 {
+    free(resp->body);
+    *resp = (struct srv_response){
+        .status = api_err_status(e),
+        .body = api_chat_format_error(surf ? surf->format : NULL, e, false),
+        .retry_after = api_err_retry_after(e),
+    };
+}
+
+static void answer_error(struct chat *c, enum api_error kind, const char *param, const char *msg)
+{
+    struct api_err e;
+    api_refuse(&e, kind, param, "%s", msg);
     struct srv_response r = {0};
-    srv_response_error(&r, e, param, "%s", msg);
+    error_response(&c->surf, &e, &r);
     answer(c, &r);
 }
 
@@ -214,8 +223,7 @@ static void choice_frame(void *ctx, char *frame)
     stream_put(ch->c, frame);
 }
 
-/* n > 1: a choice's answer: the first failure answers for the request; else the
- * bodies are merged once every choice has one. */
+/* n > 1: a choice's failure answers for the request. */
 static void choice_answer(void *ctx, int status, char *body, const char *retry_after)
 {
     struct choice *ch = ctx;
@@ -224,30 +232,49 @@ static void choice_answer(void *ctx, int status, char *body, const char *retry_a
         free(body);
         return;
     }
-    if (status != 200 || !body) {
-        c->failed = true;
-        cancel_all(c);
-        sink_answer(c, status, body, retry_after);
+    if (status == 200 && body && c->surf.n_prompts > 1) {
+        /* several raw prompts: each choice rendered by its own framing, joined by the
+         * surface once all have answered */
+        ch->body = body;
+        if (++c->n_answered < c->n)
+            return;
+        char *bodies[UT_MAX_CHOICES];
+        for (int i = 0; i < c->n; i++)
+            bodies[i] = c->ch[i].body;
+        sink_answer(c, 200, c->surf.merge(bodies, c->n), NULL);
         return;
     }
-    ch->body = body;
-    if (++c->n_answered < c->n)
+    c->failed = true;
+    cancel_all(c);
+    sink_answer(c, status, body, retry_after);
+}
+
+/* n > 1, non-stream: once every choice has its result, one answer renders them all
+ * (the first's timings, usage as OpenAI counts it). */
+static void choice_result(void *ctx, const struct api_chat_result *r)
+{
+    struct choice *ch = ctx;
+    struct chat *c = ch->c;
+    ch->result = r;
+    if (c->failed || !c->req || ++c->n_answered < c->n)
         return;
-    char *bodies[UT_MAX_CHOICES];
-    for (int i = 0; i < c->n; i++)
-        bodies[i] = c->ch[i].body;
-    sink_answer(c, 200, c->surf.merge ? c->surf.merge(bodies, c->n)
-                                      : api_chat_completion_merge(bodies, c->n), NULL);
+    struct api_chat_result all = *c->ch[0].result;
+    struct api_chat_result others[UT_MAX_CHOICES];
+    for (int i = 1; i < c->n; i++) {
+        others[i - 1] = *c->ch[i].result;
+        api_usage_add_choice(&all.usage, &c->ch[i].result->usage);
+    }
+    all.others = others;
+    all.n_others = (size_t)c->n - 1;
+    sink_answer(c, 200, api_chat_completion_body(&c->ident, &all), NULL);
 }
 
 /* n > 1: every choice ended well: one usage chunk for them all, then [DONE]. */
 static void stream_tail(struct chat *c)
 {
     struct api_usage u = c->ch[0].usage;
-    for (int i = 1; i < c->n; i++) {
-        u.completion_tokens += c->ch[i].usage.completion_tokens;
-        u.reasoning_tokens += c->ch[i].usage.reasoning_tokens;
-    }
+    for (int i = 1; i < c->n; i++)
+        api_usage_add_choice(&u, &c->ch[i].usage);
     stream_put(c, api_chat_stream_tail(&c->ident, &u));
 }
 
@@ -389,7 +416,7 @@ static void on_prompt_work(uv_work_t *w)
     c->param[0] = '\0';
     /* The grammar first: compiling it is bounded (--grammar-*) but can take tens of
      * milliseconds, which the loop thread must not spend. */
-    struct api_bad_request bad;
+    struct api_err bad;
     const eng_gram_vocab *v = api_chat_req_grammar_pending(c->creq)
                                   ? eng_engine_gram_vocab(c->app->eng) : NULL;
     if (api_chat_req_grammar(c->creq, v, &bad)) {
@@ -411,7 +438,7 @@ static void submit(struct chat *c)
 {
     struct srv_app *app = c->app;
     const struct api_chat_req *r = c->creq;
-    struct api_chat_sink sink = {sink_frame, sink_answer, c, c->surf.format};
+    struct api_chat_sink sink = {sink_frame, sink_answer, NULL, c, c->surf.format};
     int32_t n_prompt = (int32_t)c->prompt.n_ids;
     int n_ctx = eng_engine_n_ctx(app->eng);
     int32_t budget = api_chat_req_budget(r, n_prompt, n_ctx);
@@ -458,9 +485,11 @@ static void submit(struct chat *c)
         }
         struct api_chat_sink cs = sink;
         if (c->n > 1) {
-            if (c->surf.n_prompts < 2)
+            if (c->surf.n_prompts < 2)   /* several raw prompts: theirs, set at the start */
                 ch->fmt = api_chat_choice_format(&ch->usage);
-            cs = (struct api_chat_sink){choice_frame, choice_answer, ch, &ch->fmt};
+            cs = (struct api_chat_sink){choice_frame, choice_answer,
+                                        c->surf.n_prompts < 2 ? choice_result : NULL, ch,
+                                        &ch->fmt};
         }
         ch->run = api_chat_run_new(r, &ch->ident, eng_engine_tokenizer(app->eng),
                                    c->prompt.thinking == ENG_THINKING_ON, &cs);
@@ -517,7 +546,7 @@ int srv_h_chat_completions(srv_request *req, struct srv_response *resp)
     json_t *root = srv_request_generation(req, resp, &lim);
     if (!root)
         return 0;
-    struct api_bad_request bad;
+    struct api_err bad;
     struct api_chat_req *creq = NULL;
     int rc = api_chat_req_parse(root, &lim, &creq, &bad);
     json_decref(root);
@@ -525,7 +554,7 @@ int srv_h_chat_completions(srv_request *req, struct srv_response *resp)
         rc = -1;
     if (rc != 0) {
         api_chat_req_free(creq);
-        srv_response_bad(resp, &bad);
+        srv_response_err(resp, &bad);
         return 0;
     }
     return srv_chat_begin(req, resp, creq, NULL);
@@ -545,13 +574,15 @@ int srv_chat_begin(srv_request *req, struct srv_response *resp, struct api_chat_
             memcpy(c->raw_ids, surf->ids, surf->n_ids * sizeof *c->raw_ids);
         }
     }
+    struct api_err e;
     if (!c) {
+        api_refuse(&e, API_ERR_INTERNAL, NULL, "out of memory");
+        error_response(surf, &e, resp);
         if (surf && surf->free_ctx && surf->format)
             surf->free_ctx(surf->format->ctx);
         for (int i = 1; surf && surf->free_ctx && i < surf->n_prompts; i++)
             surf->free_ctx(surf->formats[i]->ctx);
         api_chat_req_free(creq);
-        srv_response_error(resp, API_ERR_INTERNAL, NULL, "out of memory");
         return 0;
     }
     c->app = app;
@@ -591,9 +622,10 @@ int srv_chat_begin(srv_request *req, struct srv_response *resp, struct api_chat_
         app->chats->prev = c;
     app->chats = c;
     if (uv_queue_work(app->loop, &c->work, on_prompt_work, on_prompt_done) != 0) {
+        api_refuse(&e, API_ERR_INTERNAL, NULL, "cannot schedule the work");
+        error_response(surf, &e, resp);
         c->req = NULL;
         chat_free(c);
-        srv_response_error(resp, API_ERR_INTERNAL, NULL, "cannot schedule the work");
         return 0;
     }
     c->in_pool = true;

@@ -53,25 +53,34 @@ static bool describe_model(const struct srv_app *app, struct api_model *m,
     return true;
 }
 
-bool srv_app_refuse_unready(const struct srv_app *app, struct srv_response *resp)
+bool srv_app_unready(const struct srv_app *app, struct api_err *e)
 {
     if (app->state == API_HEALTH_OK && app->eng)
         return false;
-    enum api_error e = app->state == API_HEALTH_LOADING ? API_ERR_LOADING : API_ERR_NO_MODEL;
-    srv_response_error(resp, e, NULL,
-                       e == API_ERR_LOADING ? "the model is loading" : "no model is loaded");
-    resp->retry_after = api_error_retry_after(e);
+    if (app->state == API_HEALTH_LOADING)
+        api_refuse(e, API_ERR_LOADING, NULL, "the model is loading");
+    else
+        api_refuse(e, API_ERR_NO_MODEL, NULL, "no model is loaded");
+    return true;
+}
+
+bool srv_app_refuse_unready(const struct srv_app *app, struct srv_response *resp)
+{
+    struct api_err e;
+    if (!srv_app_unready(app, &e))
+        return false;
+    srv_response_err(resp, &e);
     return true;
 }
 
 json_t *srv_request_json(srv_request *req, struct srv_response *resp)
 {
-    struct api_bad_request bad;
+    struct api_err bad;
     size_t len;
     const char *body = srv_request_body(req, &len);
     json_t *root = api_parse_object(body, len, &bad);
     if (!root)
-        srv_response_bad(resp, &bad);
+        srv_response_err(resp, &bad);
     return root;
 }
 
@@ -87,9 +96,14 @@ json_t *srv_request_generation(srv_request *req, struct srv_response *resp,
     return root;
 }
 
-void srv_response_bad(struct srv_response *resp, const struct api_bad_request *bad)
+void srv_response_err(struct srv_response *resp, const struct api_err *e)
 {
-    srv_response_error(resp, bad->error, bad->param[0] ? bad->param : NULL, "%s", bad->message);
+    free(resp->body);
+    resp->body = api_err_body(e);
+    resp->body_len = 0;
+    resp->status = api_err_status(e);
+    resp->content_type = "application/json";
+    resp->retry_after = api_err_retry_after(e);
 }
 
 struct api_chat_limits srv_app_chat_limits(const struct srv_app *app, bool template_only)

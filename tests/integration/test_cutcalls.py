@@ -65,7 +65,7 @@ def chat_answer(d, rng, stream):
     body = {"model": "tiny", "messages": [{"role": "user", "content": "Use a tool"}],
             "tools": TOOLS, "tool_choice": choice, "temperature": 1.0,
             "seed": rng.randrange(1 << 30), "max_tokens": rng.randrange(6, 40), "stream": stream}
-    r = d.post("/v1/chat/completions", json.dumps(body).encode(), timeout=60)
+    r = d.post("/v1/chat/completions", json.dumps(body).encode(), timeout=120)
     eq(r.status, 200, "chat: %r" % r.body[:300])
     if stream:
         text, finish, calls = "", None, {}
@@ -98,7 +98,7 @@ def responses_answer(d, rng, stream):
                   parameters=t["function"]["parameters"]) for t in TOOLS]
     body = {"model": "tiny", "input": "Use a tool", "tools": tools, "tool_choice": choice,
             "temperature": 1.0, "max_output_tokens": rng.randrange(16, 40), "stream": stream}
-    r = d.post("/v1/responses", json.dumps(body).encode(), timeout=60)
+    r = d.post("/v1/responses", json.dumps(body).encode(), timeout=120)
     eq(r.status, 200, "responses: %r" % r.body[:300])
     if stream:
         final = None
@@ -123,7 +123,7 @@ def ollama_answer(d, rng, stream):
         "tools": [corpus.WEATHER_TOOL], "stream": stream,
         "options": {"temperature": 1.0, "seed": rng.randrange(1 << 30),
                     "num_predict": rng.randrange(4, 20)}}
-    r = d.post("/api/chat", json.dumps(body).encode(), timeout=60)
+    r = d.post("/api/chat", json.dumps(body).encode(), timeout=120)
     eq(r.status, 200, "ollama: %r" % r.body[:300])
     lines = [json.loads(x) for x in r.body.decode("utf-8").split("\n") if x.strip()]
     text = "".join(x.get("message", {}).get("content", "") for x in lines)
@@ -192,7 +192,7 @@ def cut_thinking_stays_reasoning():
                 "chat_template_kwargs": {"enable_thinking": True}, "temperature": 1.0,
                 "seed": rng.randrange(1 << 30), "max_tokens": rng.randrange(3, 30),
                 "stream": stream}
-        r = d.post("/v1/chat/completions", json.dumps(body).encode(), timeout=60)
+        r = d.post("/v1/chat/completions", json.dumps(body).encode(), timeout=120)
         eq(r.status, 200, "chat")
         if stream:
             text = "".join(c.get("delta", {}).get("content") or "" for e in sse(r.body)

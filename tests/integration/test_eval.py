@@ -34,7 +34,7 @@ TOL = 1e-4
 
 
 def post(d, body):
-    r = d.post("/v1/completions", json.dumps(body).encode())
+    r = d.post("/v1/completions", json.dumps(body).encode(), timeout=120)
     check(r.status == 200, "%s: %d %s", json.dumps(body)[:300], r.status, r.text()[:500])
     return json.loads(r.body)
 
