@@ -17,6 +17,9 @@
 
 /* ---- POST /v1/completions ---------------------------------------------------------- */
 
+/* Each prompt of a list is one choice of the one generation path. */
+_Static_assert(API_COMPLETION_MAX_PROMPTS <= UT_MAX_CHOICES, "more prompts than choices");
+
 int srv_h_completions(srv_request *req, struct srv_response *resp)
 {
     struct srv_app *app = srv_request_app(req);
