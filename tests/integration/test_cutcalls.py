@@ -14,7 +14,7 @@ A cut call is kept with its arguments cut (OpenAI's behaviour, docs/api.md): on
 chat its arguments are a JSON text left open, on Responses the function_call item
 is "incomplete"; Ollama's calls carry an arguments object, so a cut one is left out.
 
-Each surface and mode collects CUT answers (default 5, to keep the suite short; MINICPMD_CUT_ANSWERS=100 is
+Each surface and mode collects CUT answers (default 3, to keep the suite short; MINICPMD_CUT_ANSWERS=100 is
 the full check) that were cut, counting those with markup in their text."""
 import json
 import os
@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "tools", "train"))
 
 from harness import Daemon, Skip, check, eq, generated_pack, run_main, stop_ok, test, wait_ready  # noqa: E402
 
-CUT = int(os.environ.get("MINICPMD_CUT_ANSWERS", "5"))
+CUT = int(os.environ.get("MINICPMD_CUT_ANSWERS", "3"))
 MARKUP = ("<function", "</function", "<param", "</param", "<think", "</think", "<![CDATA[")
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -186,7 +186,7 @@ def cut_thinking_stays_reasoning():
     """A thinking block max_tokens cuts: its text is reasoning, never content."""
     d = tiny()
     rng = random.Random(7)
-    for i in range(10):
+    for i in range(6):
         stream = i % 2 == 1
         body = {"model": "tiny", "messages": [{"role": "user", "content": "Think"}],
                 "chat_template_kwargs": {"enable_thinking": True}, "temperature": 1.0,
