@@ -118,7 +118,7 @@ def loglikelihood_matches_generation():
 
 @test
 def rolling_loglikelihood_across_batches():
-    """A text longer than a prefill batch of the scored prompt (64 positions) and
+    """A text longer than a prefill batch of the scored prompt (32 positions) and
     than a prefill chunk (--prefill-chunk 48): every token's logprob equals the one
     it got in generation; the text as a string gives the same numbers as its ids."""
     d = pack_daemon(["--prefill-chunk", "48"])
