@@ -37,6 +37,9 @@ struct api_chat_format {
     /* A stream's last frame when it fails: `error_body` is api.h's error JSON. */
     char *(*error)(void *ctx, const char *error_body);
     void *ctx;
+    /* (optional) Before end or body: the stop string that ended the output, as its
+     * index in the request's stop list (for a surface that names it). */
+    void (*stopped)(void *ctx, int stop_index);
 };
 
 /* Where the output goes. Ownership of every string passes to the sink. */

@@ -337,7 +337,7 @@ struct api_chat_format *api_completion_format_new(const char *echo, size_t echo_
         f->echo_len = echo_len;
     }
     f->include_usage = include_usage;
-    f->f = (struct api_chat_format){c_start, c_delta, c_end, c_body, c_error, f};
+    f->f = (struct api_chat_format){c_start, c_delta, c_end, c_body, c_error, f, NULL};
     return &f->f;
 }
 

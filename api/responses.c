@@ -557,7 +557,7 @@ struct api_chat_format *api_responses_format_new(json_t *echo)
         return NULL;
     }
     f->echo = json_incref(echo);
-    f->f = (struct api_chat_format){r_start, r_delta, r_end, r_body, r_error, f};
+    f->f = (struct api_chat_format){r_start, r_delta, r_end, r_body, r_error, f, NULL};
     return &f->f;
 }
 

@@ -418,6 +418,7 @@ static void submit(struct chat *c)
         struct choice *ch = &c->ch[i];
         char err[256];
         p.user = ch;
+        ch->ident.prompt_tokens = n_prompt;
         p.sampling.seed = r->sampling.seed + (uint64_t)i;   /* reproducible with `seed` */
         if (eng_gen_req_new(&p, &ch->greq, err, sizeof err) != 0) {
             answer_error(c, API_ERR_BAD_REQUEST, NULL, err);

@@ -150,6 +150,14 @@ static enum MHD_Result respond(srv_request *req, struct srv_response *resp)
         enum api_error e = resp->status == 404 ? API_ERR_NOT_FOUND : API_ERR_INTERNAL;
         srv_response_error(resp, e, NULL, "%s", "the server could not build a response");
     }
+    if (resp->body && resp->status >= 400 && req->route && req->route->error_shape) {
+        char *b = req->route->error_shape(NULL, resp->body);
+        if (b) {
+            free(resp->body);
+            resp->body = b;
+            resp->body_len = 0;
+        }
+    }
     size_t len = resp->body ? (resp->body_len ? resp->body_len : strlen(resp->body)) : 0;
     struct MHD_Response *r = MHD_create_response_from_buffer(
         len, resp->body ? resp->body : (void *)"", resp->body ? MHD_RESPMEM_MUST_FREE

@@ -21,6 +21,10 @@ struct srv_route {
     const char *name;       /* label for /metrics and logs */
     bool is_public;         /* answered without an API key */
     srv_handler_fn handler;
+    /* (optional) The route's error bodies (api.h's error JSON, whoever refused:
+     * the HTTP layer or the handler) in its surface's shape: a malloc'd body, or
+     * NULL to keep the original. Anthropic's routes. */
+    char *(*error_shape)(void *ctx, const char *error_body);
 };
 
 enum srv_match {
