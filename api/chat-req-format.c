@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int refused(struct api_bad_request *bad, const char *param, int rc,
+static int refused(struct api_err *bad, const char *param, int rc,
                    const struct eng_gram_refusal *why)
 {
     if (rc == -ENOMEM)
@@ -40,7 +40,7 @@ static void set_source(struct api_chat_req *r, enum api_gram_kind kind, const js
 }
 
 static int check_response_format(const json_t *rf, struct api_chat_req *r,
-                                 struct api_bad_request *bad)
+                                 struct api_err *bad)
 {
     if (!json_is_object(rf))
         return api__wrong_type(bad, "response_format", "an object", rf);
@@ -102,7 +102,7 @@ static int check_response_format(const json_t *rf, struct api_chat_req *r,
 }
 
 int api__check_format(const json_t *body, const json_t *tools, struct api_chat_req *r,
-                      const struct api_chat_limits *lim, struct api_bad_request *bad)
+                      const struct api_chat_limits *lim, struct api_err *bad)
 {
     bool parallel = true;
     if (api__get_bool(body, "parallel_tool_calls", "parallel_tool_calls", &parallel, bad))
@@ -139,7 +139,7 @@ bool api_chat_req_grammar_pending(const struct api_chat_req *r)
 const char *api_chat_req_grammar_param(const struct api_chat_req *r) { return r->gsrc_.param; }
 
 int api_chat_req_grammar(struct api_chat_req *r, const eng_gram_vocab *v,
-                         struct api_bad_request *bad)
+                         struct api_err *bad)
 {
     struct api_gram_src *src = &r->gsrc_;
     const char *param = src->param;

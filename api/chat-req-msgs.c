@@ -14,7 +14,7 @@ static const char *const roles[] = {"system", "developer", "user", "assistant", 
 
 /* Content given as an array of parts: only {"type":"text","text":…}. Images and
  * audio cannot be given to this text-only model, and the refusal names the part. */
-static int check_parts(const json_t *content, const char *at, struct api_bad_request *bad)
+static int check_parts(const json_t *content, const char *at, struct api_err *bad)
 {
     char p[128];
     size_t j;
@@ -46,7 +46,7 @@ static int check_parts(const json_t *content, const char *at, struct api_bad_req
 /* A tool call in an assistant message: {"id", "type":"function", "function":{"name",
  * "arguments"}}, arguments a JSON string of an object ("" for none). An object given
  * directly is accepted too: the template wants the object anyway. */
-static int check_tool_call(const json_t *call, const char *at, struct api_bad_request *bad)
+static int check_tool_call(const json_t *call, const char *at, struct api_err *bad)
 {
     char p[128];
     if (!json_is_object(call))
@@ -100,7 +100,7 @@ static int check_tool_call(const json_t *call, const char *at, struct api_bad_re
     return 0;
 }
 
-static int check_message(const json_t *m, size_t i, struct api_bad_request *bad)
+static int check_message(const json_t *m, size_t i, struct api_err *bad)
 {
     char at[64], p[128];
     api__path(at, sizeof at, "messages[%zu]", i);
@@ -168,7 +168,7 @@ static int check_message(const json_t *m, size_t i, struct api_bad_request *bad)
     return 0;
 }
 
-int api__check_messages(const json_t *body, struct api_bad_request *bad)
+int api__check_messages(const json_t *body, struct api_err *bad)
 {
     const json_t *msgs = api__opt(body, "messages");
     if (!msgs)

@@ -28,7 +28,7 @@ static const json_t *tool_name(const json_t *tool)
     return json_object_get(json_object_get(tool, "function"), "name");
 }
 
-int api__check_tools(const json_t *tools, struct api_bad_request *bad)
+int api__check_tools(const json_t *tools, struct api_err *bad)
 {
     char p[96];
     if (!json_is_array(tools))
@@ -91,7 +91,7 @@ int api__check_tools(const json_t *tools, struct api_bad_request *bad)
 /* tool_choice, given the validated tools (NULL or empty when none). Sets the
  * choice and, for a named function, the index of its tool. */
 int api__check_tool_choice(const json_t *body, const json_t *tools, struct api_chat_req *r,
-                           size_t *named, struct api_bad_request *bad)
+                           size_t *named, struct api_err *bad)
 {
     bool have = json_array_size(tools) > 0;
     const json_t *tc = api__opt(body, "tool_choice");

@@ -30,7 +30,7 @@
 /* ---- refusing -------------------------------------------------------------- */
 
 int api__check_max_items(const json_t *arr, const char *param, size_t max,
-                         struct api_bad_request *bad)
+                         struct api_err *bad)
 {
     if (json_array_size(arr) <= max)
         return 0;
@@ -39,7 +39,7 @@ int api__check_max_items(const json_t *arr, const char *param, size_t max,
                        param, max, json_array_size(arr));
 }
 
-int api__refuse(struct api_bad_request *bad, const char *param, const char *fmt, ...)
+int api__refuse(struct api_err *bad, const char *param, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -48,11 +48,9 @@ int api__refuse(struct api_bad_request *bad, const char *param, const char *fmt,
     return -EINVAL;
 }
 
-static int oom(struct api_bad_request *bad)
+static int oom(struct api_err *bad)
 {
-    bad->error = API_ERR_INTERNAL;
-    bad->param[0] = '\0';
-    snprintf(bad->message, sizeof bad->message, "out of memory while reading the request");
+    api_refuse(bad, API_ERR_INTERNAL, NULL, "out of memory while reading the request");
     return -ENOMEM;
 }
 
@@ -98,7 +96,7 @@ static const char *type_name(const json_t *v)
     return "a value";
 }
 
-int api__wrong_type(struct api_bad_request *bad, const char *param, const char *expected,
+int api__wrong_type(struct api_err *bad, const char *param, const char *expected,
                     const json_t *v)
 {
     return api__refuse(bad, param, "Invalid type for '%s': expected %s, but got %s instead.", param,
@@ -116,7 +114,7 @@ const json_t *api__opt(const json_t *obj, const char *key)
 }
 
 int api__get_bool(const json_t *obj, const char *key, const char *param, bool *out,
-                  struct api_bad_request *bad)
+                  struct api_err *bad)
 {
     const json_t *v = api__opt(obj, key);
     if (!v)
@@ -128,7 +126,7 @@ int api__get_bool(const json_t *obj, const char *key, const char *param, bool *o
 }
 
 int api__get_string(const json_t *obj, const char *key, const char *param, const char **out,
-                    struct api_bad_request *bad)
+                    struct api_err *bad)
 {
     const json_t *v = api__opt(obj, key);
     if (!v)
@@ -146,7 +144,7 @@ struct range {
 };
 
 static int get_number(const json_t *obj, const char *key, struct range r, float *out,
-                      struct api_bad_request *bad)
+                      struct api_err *bad)
 {
     const json_t *v = api__opt(obj, key);
     if (!v)
@@ -183,7 +181,7 @@ static int get_number(const json_t *obj, const char *key, struct range r, float 
 /* An integer (a JSON number with no fractional part: 5 and 5.0 alike) of at least
  * `lo` and at most `hi`. *present says whether it was given. */
 static int get_integer(const json_t *obj, const char *key, long long lo, long long hi,
-                       long long *out, bool *present, struct api_bad_request *bad)
+                       long long *out, bool *present, struct api_err *bad)
 {
     const json_t *v = api__opt(obj, key);
     if (present)
@@ -216,7 +214,7 @@ static int get_integer(const json_t *obj, const char *key, long long lo, long lo
  * does (minimum 1): a chat answer of no tokens has no use, and reading 0 as "no
  * limit" would turn a client's mistake into the longest possible generation. */
 int api__get_max_tokens(const json_t *obj, const char *key, long long *out, bool *present,
-                        struct api_bad_request *bad)
+                        struct api_err *bad)
 {
     long long x = 0;
     if (get_integer(obj, key, -1, LLONG_MAX, &x, present, bad))
@@ -240,7 +238,7 @@ bool api__str_is(const json_t *v, const char *s)
 /* One stop string, kept whole and by length: a JSON "\u0000" inside is a NUL byte
  * of the stop string and is matched as one (engine/gen.h), never a cut. */
 static int add_stop(const json_t *s, const char *p, struct api_chat_req *r, size_t *total,
-                    struct api_bad_request *bad)
+                    struct api_err *bad)
 {
     if (!json_is_string(s))
         return api__wrong_type(bad, p, "a string", s);
@@ -258,7 +256,7 @@ static int add_stop(const json_t *s, const char *p, struct api_chat_req *r, size
 
 /* A string or up to UT_MAX_STOP strings (OpenAI allows 4; llama.cpp and Open WebUI
  * send more), UT_MAX_STOP_BYTES in all. */
-static int check_stop(const json_t *body, struct api_chat_req *r, struct api_bad_request *bad)
+static int check_stop(const json_t *body, struct api_chat_req *r, struct api_err *bad)
 {
     const json_t *stop = api__opt(body, "stop");
     size_t total = 0;
@@ -297,7 +295,7 @@ static int by_id_then_position(const void *a, const void *b)
 /* {"<token id>": bias, …}: ids in decimal below n_vocab, biases in [-100, 100]. The
  * same id written twice ("7" and "007") keeps the last value. */
 static int check_logit_bias(const json_t *body, int32_t n_vocab, struct api_chat_req *r,
-                            struct api_bad_request *bad)
+                            struct api_err *bad)
 {
     const json_t *lb = api__opt(body, "logit_bias");
     if (!lb)
@@ -372,7 +370,7 @@ static uint64_t random_seed(void)
     return s ^ (s >> 29);
 }
 
-static int check_stream(const json_t *body, struct api_chat_req *r, struct api_bad_request *bad)
+static int check_stream(const json_t *body, struct api_chat_req *r, struct api_err *bad)
 {
     if (api__get_bool(body, "stream", "stream", &r->stream, bad))
         return -EINVAL;
@@ -389,7 +387,7 @@ static int check_stream(const json_t *body, struct api_chat_req *r, struct api_b
 }
 
 static int check_sampling(const json_t *body, struct api_chat_req *r,
-                          struct api_bad_request *bad)
+                          struct api_err *bad)
 {
     struct eng_sampling *s = &r->sampling;
     if (get_number(body, "temperature", (struct range){0, 2, false, false}, &s->temperature,
@@ -416,7 +414,7 @@ static int check_sampling(const json_t *body, struct api_chat_req *r,
 }
 
 static int check_lengths(const json_t *body, struct api_chat_req *r,
-                         struct api_bad_request *bad)
+                         struct api_err *bad)
 {
     long long v = 0, w = 0;
     bool mct, mt;
@@ -443,7 +441,7 @@ static int check_lengths(const json_t *body, struct api_chat_req *r,
 }
 
 static int check_logprobs(const json_t *body, struct api_chat_req *r,
-                          struct api_bad_request *bad)
+                          struct api_err *bad)
 {
     long long k = 0;
     bool given;
@@ -465,7 +463,7 @@ static int check_logprobs(const json_t *body, struct api_chat_req *r,
  * MiniCPM5's thinking off, "low", "medium" and "high" on (the model has no
  * budget in between). *out is left alone when absent. */
 int api__reasoning_effort(const json_t *v, const char *param, enum eng_thinking *out,
-                          struct api_bad_request *bad)
+                          struct api_err *bad)
 {
     if (!v || json_is_null(v))
         return 0;
@@ -488,7 +486,7 @@ int api__reasoning_effort(const json_t *v, const char *param, enum eng_thinking 
 }
 
 static int check_template_params(const json_t *body, const struct api_chat_limits *lim,
-                                 struct api_chat_req *r, struct api_bad_request *bad)
+                                 struct api_chat_req *r, struct api_err *bad)
 {
     bool agp = true;
     if (api__get_bool(body, "add_generation_prompt", "add_generation_prompt", &agp, bad))
@@ -528,7 +526,7 @@ static int check_template_params(const json_t *body, const struct api_chat_limit
 }
 
 struct api_chat_req *api__req_new(const json_t *body, const struct api_chat_limits *lim,
-                                  struct api_bad_request *bad)
+                                  struct api_err *bad)
 {
     struct api_chat_req *r = calloc(1, sizeof *r);
     if (!r) {
@@ -549,7 +547,7 @@ struct api_chat_req *api__req_new(const json_t *body, const struct api_chat_limi
 }
 
 int api__check_generation(const json_t *body, const struct api_chat_limits *lim,
-                          struct api_chat_req *r, struct api_bad_request *bad)
+                          struct api_chat_req *r, struct api_err *bad)
 {
     int32_t n_vocab = lim && lim->n_vocab > 0 ? lim->n_vocab : INT32_MAX;
     if (check_stream(body, r, bad) || check_sampling(body, r, bad) || check_stop(body, r, bad) ||
@@ -559,31 +557,31 @@ int api__check_generation(const json_t *body, const struct api_chat_limits *lim,
     return 0;
 }
 
-int api__oom(struct api_bad_request *bad) { return oom(bad); }
+int api__oom(struct api_err *bad) { return oom(bad); }
 
-int api__set(json_t *o, const char *key, json_t *v, struct api_bad_request *bad)
+int api__set(json_t *o, const char *key, json_t *v, struct api_err *bad)
 {
     return v && json_object_set_new(o, key, v) == 0 ? 0 : oom(bad);
 }
 
-int api__copy(json_t *o, const char *key, const json_t *v, struct api_bad_request *bad)
+int api__copy(json_t *o, const char *key, const json_t *v, struct api_err *bad)
 {
     return v ? api__set(o, key, json_deep_copy(v), bad) : 0;
 }
 
-int api__append(json_t *a, json_t *v, struct api_bad_request *bad)
+int api__append(json_t *a, json_t *v, struct api_err *bad)
 {
     return v && json_array_append_new(a, v) == 0 ? 0 : oom(bad);
 }
 
 int api__get_int(const json_t *obj, const char *key, long long lo, long long hi, long long *out,
-                 bool *present, struct api_bad_request *bad)
+                 bool *present, struct api_err *bad)
 {
     return get_integer(obj, key, lo, hi, out, present, bad);
 }
 
 int api_chat_req_parse(const json_t *body, const struct api_chat_limits *lim,
-                       struct api_chat_req **out, struct api_bad_request *bad)
+                       struct api_chat_req **out, struct api_err *bad)
 {
     *out = NULL;
     if (!json_is_object(body))
@@ -652,7 +650,7 @@ void api_chat_req_free(struct api_chat_req *r)
 
 int api_chat_req_check_model(const char *model, const char *served_id,
                              const char *const *aliases, size_t n_aliases,
-                             struct api_bad_request *bad)
+                             struct api_err *bad)
 {
     if (model && served_id && strcmp(model, served_id) == 0)
         return 0;

@@ -16,7 +16,7 @@
 #define MINICPMD_API_CHAT_REQ_H
 
 #include "api/api.h"
-#include "api/text.h"            /* struct api_bad_request */
+#include "api/text.h"            /* struct api_err */
 #include "engine/template.h"
 #include "engine/gen.h"
 #include "util/defaults.h"
@@ -145,7 +145,7 @@ struct api_chat_req {
  * model is only checked to be a string here: api_chat_req_check_model() decides
  * whether it is served. */
 int api_chat_req_parse(const json_t *body, const struct api_chat_limits *lim,
-                       struct api_chat_req **out, struct api_bad_request *bad);
+                       struct api_chat_req **out, struct api_err *bad);
 void api_chat_req_free(struct api_chat_req *r);   /* accepts NULL */
 
 /* Compile the grammar the parse left to compile (api_chat_limits.defer_grammar):
@@ -156,7 +156,7 @@ void api_chat_req_free(struct api_chat_req *r);   /* accepts NULL */
  * API_ERR_INTERNAL when out of memory. Any thread, once; the server calls it on
  * the thread pool, so a large grammar never holds the event loop. */
 int api_chat_req_grammar(struct api_chat_req *r, const eng_gram_vocab *v,
-                         struct api_bad_request *bad);
+                         struct api_err *bad);
 /* Whether a grammar waits for api_chat_req_grammar(). */
 bool api_chat_req_grammar_pending(const struct api_chat_req *r);
 /* The field the request's grammar came from ("grammar", "tools",
@@ -168,7 +168,7 @@ const char *api_chat_req_grammar_param(const struct api_chat_req *r);
  * param "model"). Never falls back to the served model. */
 int api_chat_req_check_model(const char *model, const char *served_id,
                              const char *const *aliases, size_t n_aliases,
-                             struct api_bad_request *bad);
+                             struct api_err *bad);
 
 /* The number of tokens to generate once the prompt is known: the request's
  * max_tokens clamped to what is left of the context (n_ctx - n_prompt), or all of

@@ -33,7 +33,7 @@ static uint64_t fallback_random(void)
 }
 
 /* n random characters from ALNUM, unbiased (bytes >= 248 are redrawn). */
-static void random_alnum(char *out, size_t n)
+void api_random_alnum(char *out, size_t n)
 {
     size_t i = 0;
     while (i < n) {
@@ -53,7 +53,7 @@ static void random_alnum(char *out, size_t n)
 void api_tool_call_id(char out[API_TOOL_CALL_ID_SIZE])
 {
     memcpy(out, "call_", 5);
-    random_alnum(out + 5, API_TOOL_CALL_ID_SIZE - 6);
+    api_random_alnum(out + 5, API_TOOL_CALL_ID_SIZE - 6);
 }
 
 /* `s` with everything outside [A-Za-z0-9._+-] as '_', appended at out[*at]. */
@@ -73,7 +73,7 @@ void api_chat_ident_init(struct api_chat_ident *ci, const char *model, const cha
 {
     memset(ci, 0, sizeof *ci);
     memcpy(ci->id, "chatcmpl-", 9);
-    random_alnum(ci->id + 9, 32);
+    api_random_alnum(ci->id + 9, 32);
     ci->created = (int64_t)time(NULL);
     ci->model = model;
     ci->include_usage = include_usage;
@@ -453,6 +453,14 @@ char *api_sse_frame(const char *data)
     return out;
 }
 
+char *api_err_sse(const struct api_err *e)
+{
+    char *body = api_err_body(e);
+    char *f = api_sse_frame(body);
+    free(body);
+    return f;
+}
+
 char *api_sse_event(json_t *obj)
 {
     if (!obj)
@@ -466,136 +474,57 @@ char *api_sse_event(json_t *obj)
 
 /* ---- errors ----------------------------------------------------------------------------- */
 
+void api_context_length_err(struct api_err *e, int32_t n_ctx, int32_t n_prompt,
+                            int32_t n_completion)
+{
+    if (n_completion > 0)
+        api_refuse(e, API_ERR_CONTEXT_LENGTH, "messages",
+                   "This model's maximum context length is %d tokens. However, you requested "
+                   "%lld tokens (%d in the messages, %d in the completion). Please reduce the "
+                   "length of the messages or completion.",
+                   (int)n_ctx, (long long)n_prompt + n_completion, (int)n_prompt,
+                   (int)n_completion);
+    else
+        api_refuse(e, API_ERR_CONTEXT_LENGTH, "messages",
+                   "This model's maximum context length is %d tokens. However, your messages "
+                   "resulted in %d tokens. Please reduce the length of the messages.",
+                   (int)n_ctx, (int)n_prompt);
+}
+
 char *api_context_length_body(int32_t n_ctx, int32_t n_prompt, int32_t n_completion)
 {
-    char msg[320];
-    if (n_completion > 0)
-        snprintf(msg, sizeof msg,
-                 "This model's maximum context length is %d tokens. However, you requested %lld "
-                 "tokens (%d in the messages, %d in the completion). Please reduce the length "
-                 "of the messages or completion.",
-                 (int)n_ctx, (long long)n_prompt + n_completion, (int)n_prompt,
-                 (int)n_completion);
-    else
-        snprintf(msg, sizeof msg,
-                 "This model's maximum context length is %d tokens. However, your messages "
-                 "resulted in %d tokens. Please reduce the length of the messages.",
-                 (int)n_ctx, (int)n_prompt);
-    return api_error_body(API_ERR_CONTEXT_LENGTH, msg, "messages");
+    struct api_err e;
+    api_context_length_err(&e, n_ctx, n_prompt, n_completion);
+    return api_err_body(&e);
+}
+
+void api_server_busy_err(struct api_err *e, int queue_limit)
+{
+    api_refuse(e, API_ERR_BUSY, NULL,
+               "The server is busy: %d requests are already waiting, the most it queues. Please "
+               "retry later.",
+               queue_limit);
 }
 
 char *api_server_busy_body(int queue_limit)
 {
-    char msg[160];
-    snprintf(msg, sizeof msg,
-             "The server is busy: %d requests are already waiting, the most it queues. Please "
-             "retry later.",
-             queue_limit);
-    return api_error_body(API_ERR_BUSY, msg, NULL);
-}
-
-/* "ERT_CMD_STATE_TIMEOUT" -> "ert_cmd_state_timeout"; anything but letters, digits
- * and '_' is dropped. */
-static void lower_code(char *out, size_t size, const char *name)
-{
-    size_t o = 0;
-    for (; name && *name && o + 1 < size; name++) {
-        char c = *name;
-        if (c >= 'A' && c <= 'Z')
-            out[o++] = (char)(c - 'A' + 'a');
-        else if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')
-            out[o++] = c;
-    }
-    out[o] = '\0';
-}
-
-static void appendf(char *buf, size_t size, size_t *at, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void appendf(char *buf, size_t size, size_t *at, const char *fmt, ...)
-{
-    if (*at >= size)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf + *at, size - *at, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        *at += (size_t)n < size - *at ? (size_t)n : size - *at - 1;
-}
-
-static bool put_int(json_t *o, const char *key, long long v)
-{
-    return v < 0 || put(o, key, json_integer(v));
+    struct api_err e;
+    api_server_busy_err(&e, queue_limit);
+    return api_err_body(&e);
 }
 
 json_t *api_device_error_json(const struct api_device_error *e)
 {
-    char code[64], msg[400];
-    lower_code(code, sizeof code, e->ert_name);
-    if (!code[0])
-        snprintf(code, sizeof code, "device_error");
-
-    /* "The xrt device failed with ERT_CMD_STATE_TIMEOUT (state 8) during decode,
-     * chunk 1 of 3 (layers 0-20) at token 57 after 2003 ms; 1 attempt. …" — each
-     * part only when known. */
-    size_t at = 0;
-    appendf(msg, sizeof msg, &at, "The %s device failed", e->device ? e->device : "compute");
-    if (e->ert_name)
-        appendf(msg, sizeof msg, &at, " with %s", e->ert_name);
-    if (e->ert_state >= 0)
-        appendf(msg, sizeof msg, &at, " (state %d)", e->ert_state);
-    if (e->phase)
-        appendf(msg, sizeof msg, &at, " during %s", e->phase);
-    if (e->chunk_index >= 0) {
-        appendf(msg, sizeof msg, &at, ", chunk %d", e->chunk_index);
-        if (e->chunk_count >= 0)
-            appendf(msg, sizeof msg, &at, " of %d", e->chunk_count);
-    }
-    if (e->head)
-        appendf(msg, sizeof msg, &at, " (the head runlist: final norm and lm_head)");
-    else if (e->layer_first >= 0 && e->layer_last >= e->layer_first)
-        appendf(msg, sizeof msg, &at, " (layers %d-%d)", e->layer_first, e->layer_last);
-    if (e->token_pos >= 0)
-        appendf(msg, sizeof msg, &at, " at token %d", e->token_pos);
-    if (e->elapsed_ms >= 0)
-        appendf(msg, sizeof msg, &at, " after %lld ms", (long long)e->elapsed_ms);
-    if (e->attempts >= 0)
-        appendf(msg, sizeof msg, &at, "; %d attempt%s", e->attempts, e->attempts == 1 ? "" : "s");
-    appendf(msg, sizeof msg, &at, e->unrecovered
-                                      ? ". The request was not completed and the device "
-                                        "could not be reset."
-                                      : ". The request was not completed; it may be retried.");
-
-    json_t *err = json_pack("{s:o, s:s, s:n, s:s}", "message", text(msg), "type",
-                            api_error_type(API_ERR_DEVICE_FAULT), "param", "code", code);
-    if (!err)
-        return NULL;
-    bool ok = put_int(err, "ert_state", e->ert_state) &&
-              (!e->phase || put(err, "phase", text(e->phase))) &&
-              put_int(err, "chunk_index", e->chunk_index) &&
-              put_int(err, "chunk_count", e->chunk_count) &&
-              (e->head ? put(err, "runlist", text("head"))
-                       : put_int(err, "layer_first", e->layer_first) &&
-                             put_int(err, "layer_last", e->layer_last)) &&
-              put_int(err, "token_pos", e->token_pos) &&
-              put_int(err, "elapsed_ms", e->elapsed_ms) &&
-              (!e->device || put(err, "device", text(e->device))) &&
-              put_int(err, "attempts", e->attempts);
-    if (!ok) {
-        json_decref(err);
-        return NULL;
-    }
-    return json_pack("{s:o}", "error", err);
+    struct api_err err;
+    api_err_device(&err, e);
+    return api_err_json(&err);
 }
 
 char *api_device_error_body(const struct api_device_error *e)
 {
-    json_t *o = api_device_error_json(e);
-    if (!o)
-        return NULL;
-    char *s = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    return s;
+    struct api_err err;
+    api_err_device(&err, e);
+    return api_err_body(&err);
 }
 
 /* ---- pieces for the other surfaces ---------------------------------------------- */

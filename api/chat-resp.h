@@ -43,6 +43,10 @@ struct api_chat_ident {
 void api_chat_ident_init(struct api_chat_ident *ci, const char *model, const char *version,
                          const char *device, bool include_usage);
 
+/* n random [0-9A-Za-z] into out[0..n), NUL-terminated at out[n]: the random part of
+ * every id (chat, completions "cmpl-", Responses, tool calls). */
+void api_random_alnum(char *out, size_t n);
+
 /* A tool call id: "call_" + 24 random [0-9A-Za-z], NUL-terminated in out[30]. */
 #define API_TOOL_CALL_ID_SIZE 30
 void api_tool_call_id(char out[API_TOOL_CALL_ID_SIZE]);
@@ -182,6 +186,8 @@ char *api_sse_event(json_t *obj);
  * api_sse_frame(body) and then the end of the stream, with no [DONE] (llama.cpp;
  * the OpenAI SDKs raise APIError on a data object with an "error" key). */
 char *api_sse_frame(const char *data);
+/* api_sse_frame(api_err_body(e)): OpenAI chat's and completions' failure event. */
+char *api_err_sse(const struct api_err *e);
 
 /* ---- errors generation produces ------------------------------------------------- */
 
@@ -191,42 +197,18 @@ char *api_sse_frame(const char *data);
  * completion length was asked (n_completion > 0), "… However, you requested M
  * tokens (P in the messages, C in the completion). Please reduce the length of the
  * messages or completion." */
+void api_context_length_err(struct api_err *e, int32_t n_ctx, int32_t n_prompt,
+                            int32_t n_completion);
 char *api_context_length_body(int32_t n_ctx, int32_t n_prompt, int32_t n_completion);
 
 /* 503 server_busy: "the server is busy: N requests are already waiting; retry
  * later". Send it with Retry-After. */
+void api_server_busy_err(struct api_err *e, int queue_limit);
 char *api_server_busy_body(int queue_limit);
 
-/* A device fault the worker gave up on. Plain fields, so the worker's struct
- * eng_device_error (engine/ert.h) maps onto it: ert_name = eng_ert_name(state),
- * phase = eng_phase_name(phase), layer_first/layer_last = layer_begin and
- * layer_end - 1. A negative number or NULL string means unknown and is left out. */
-struct api_device_error {
-    int ert_state;              /* the ERT command state number */
-    const char *ert_name;       /* e.g. "ERT_CMD_STATE_TIMEOUT" */
-    const char *phase;          /* "prefill", "decode", … */
-    int chunk_index;            /* which runlist chunk (0-based) of chunk_count */
-    int chunk_count;
-    int layer_first, layer_last;   /* the layers that chunk covers, inclusive; a
-                                    * last below first (a runlist without layers)
-                                    * is not mentioned in the message */
-    int token_pos;              /* the position being computed */
-    int64_t elapsed_ms;         /* of the failed submission */
-    const char *device;         /* e.g. "xrt" */
-    int attempts;               /* submissions tried, retries included */
-    bool unrecovered;           /* the device could not be reset (HTTP 500): the
-                                 * message says so instead of "it may be retried" */
-    bool head;                  /* the head runlist (final norm + lm_head, no layers):
-                                 * "runlist":"head", no layer_first/layer_last */
-};
-
-/* {"error":{"message", "type":"device_error", "param":null, "code":"<ert_name in
- * lower case>" (e.g. "ert_cmd_state_timeout";
- * "device_error" without a name), "ert_state", "phase", "chunk_index",
- * "chunk_count", "layer_first", "layer_last" (or "runlist":"head"), "token_pos",
- * "elapsed_ms", "device",
- * "attempts"}}. Status: 503 + Retry-After when the device was reset and serves
- * again, 500 when it could not be reset (server/chat.c). */
+/* A device fault's OpenAI body: api_err_device() then api_err_json() / _body()
+ * (api/error.h). Status: 503 + Retry-After when the device was reset and serves
+ * again, 500 when it could not be reset. */
 json_t *api_device_error_json(const struct api_device_error *e);
 char *api_device_error_body(const struct api_device_error *e);
 

@@ -9,6 +9,7 @@
 #include "util/buf.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -138,10 +139,10 @@ static char *chat_body(void *ctx, const struct api_chat_ident *id, const struct 
     return api_chat_completion_body(id, r);
 }
 
-static char *chat_error(void *ctx, const char *error_body)
+static char *chat_error(void *ctx, const struct api_err *e, bool stream)
 {
     (void)ctx;
-    return api_sse_frame(error_body);
+    return stream ? api_err_sse(e) : api_err_body(e);
 }
 
 static const struct api_chat_format chat_format = {chat_start, chat_delta, chat_end, chat_body,
@@ -153,6 +154,14 @@ static char *choice_end(void *ctx, const struct api_chat_ident *id, enum api_fin
 {
     *(struct api_usage *)ctx = *u;
     return api_sse_event(api_chat_chunk_final(id, fr, t));
+}
+
+char *api_chat_format_error(const struct api_chat_format *f, const struct api_err *e,
+                            bool stream)
+{
+    if (!f)
+        f = &chat_format;
+    return f->error(f->ctx, e, stream);
 }
 
 struct api_chat_format api_chat_choice_format(struct api_usage *usage)
@@ -181,9 +190,22 @@ static void answer(struct api_chat_run *c, int status, char *body, const char *r
     c->sink.answer(c->sink.ctx, status, body, retry_after);
 }
 
-static void answer_error(struct api_chat_run *c, enum api_error e, const char *msg)
+/* The failure `e` in the surface's shape: a stream's last frame, or the answer. */
+static void fail(struct api_chat_run *c, const struct api_err *e)
 {
-    answer(c, api_error_status(e), api_error_body(e, msg, NULL), api_error_retry_after(e));
+    if (c->req->stream) {
+        put(c, c->fmt.error(c->fmt.ctx, e, true));
+        return;
+    }
+    char *body = c->fmt.error(c->fmt.ctx, e, false);
+    answer(c, api_err_status(e), body, api_err_retry_after(e));   /* NULL: out of memory */
+}
+
+static void fail_with(struct api_chat_run *c, enum api_error kind, const char *msg)
+{
+    struct api_err e;
+    api_refuse(&e, kind, NULL, "%s", msg);
+    fail(c, &e);
 }
 
 void api_chat_run_start(api_chat_run *c)
@@ -369,7 +391,7 @@ static void finish_message(struct api_chat_run *c, enum api_finish_reason fr,
     free(tc);
     free(lp);
     if (!body)
-        answer_error(c, API_ERR_INTERNAL, "out of memory building the response");
+        fail_with(c, API_ERR_INTERNAL, "out of memory building the response");
     else
         answer(c, 200, body, NULL);
 }
@@ -382,13 +404,7 @@ void api_chat_run_done(api_chat_run *c, const struct eng_done_event *d, const ch
     flush_deltas(c);
     if (d->finish == ENG_FINISH_CANCELLED) {
         /* the client left, or the server is stopping */
-        if (c->req->stream) {
-            char *b = api_error_body(API_ERR_SHUTTING_DOWN, "the request was cancelled", NULL);
-            put(c, b ? c->fmt.error(c->fmt.ctx, b) : NULL);
-            free(b);
-        } else {
-            answer_error(c, API_ERR_SHUTTING_DOWN, "the request was cancelled");
-        }
+        fail_with(c, API_ERR_SHUTTING_DOWN, "the request was cancelled");
         return;
     }
     enum api_finish_reason fr = d->finish == ENG_FINISH_LENGTH ? API_FINISH_LENGTH
@@ -416,71 +432,57 @@ void api_chat_device_error(const struct eng_device_error *d, bool retryable,
         .phase = eng_phase_name((int)d->phase), .chunk_index = d->chunk_index,
         .chunk_count = d->chunk_count, .layer_first = head ? -1 : d->layer_begin,
         .layer_last = head ? -1 : d->layer_end - 1, .head = head, .token_pos = d->token_pos,
-        .elapsed_ms = (int64_t)d->elapsed_ms, .device = d->device, .attempts = d->attempts,
+        .elapsed_ms = (int64_t)d->elapsed_ms, .attempts = d->attempts,
         .unrecovered = !retryable,
     };
+    snprintf(out->device, sizeof out->device, "%s", d->device);
 }
 
 void api_chat_run_error(api_chat_run *c, const struct eng_error_event *e)
 {
-    char *body;
-    enum api_error ae;
+    struct api_err err;
     if (e->has_device_error) {
         struct api_device_error ad;
         api_chat_device_error(&e->device, e->retryable, &ad);
-        body = api_device_error_body(&ad);
-        ae = e->retryable ? API_ERR_DEVICE_RESET : API_ERR_DEVICE_FAULT;
+        api_err_device(&err, &ad);
     } else if (e->grammar) {
         /* The request's grammar ended it (its dead end or a limit): the field that
          * asked for the grammar, and what was generated (a stream sent it already). */
-        ae = API_ERR_BAD_REQUEST;
         size_t n = c->content.n < 200 ? c->content.n : 200;
         while (n < c->content.n && n > 0 && ((unsigned char)c->content.p[n] & 0xC0) == 0x80)
             n--; /* whole characters */
-        char msg[sizeof e->message + 256];
         if (c->req->stream || !c->content.n)
-            snprintf(msg, sizeof msg, "%s", e->message);
+            api_refuse(&err, API_ERR_BAD_REQUEST, api_chat_req_grammar_param(c->req), "%s",
+                       e->message);
         else
-            snprintf(msg, sizeof msg, "%s; the output until then: \"%.*s\"%s", e->message,
-                     (int)n, c->content.p, n < c->content.n ? "..." : "");
-        body = api_error_body(ae, msg, api_chat_req_grammar_param(c->req));
+            api_refuse(&err, API_ERR_BAD_REQUEST, api_chat_req_grammar_param(c->req),
+                       "%s; the output until then: \"%.*s\"%s", e->message, (int)n,
+                       c->content.p, n < c->content.n ? "..." : "");
     } else {
-        ae = e->code == -EINVAL ? API_ERR_BAD_REQUEST : API_ERR_INTERNAL;
-        body = api_error_body(ae, e->message, NULL);
+        api_refuse(&err, e->code == -EINVAL ? API_ERR_BAD_REQUEST : API_ERR_INTERNAL, NULL,
+                   "%s", e->message);
     }
-    if (c->req->stream) {
-        put(c, body ? c->fmt.error(c->fmt.ctx, body) : NULL);
-        free(body);
-        return;
-    }
-    if (!body)
-        answer_error(c, API_ERR_INTERNAL, "out of memory");
-    else
-        answer(c, api_error_status(ae), body, api_error_retry_after(ae));
+    fail(c, &err);
 }
 
 void api_chat_refuse(const struct api_chat_req *req, int rc, int queue_size, int n_ctx,
                      int n_prompt, const struct api_chat_sink *sink)
 {
-    enum api_error ae;
-    char *body;
+    struct api_err e;
     switch (rc) {
     case -ERANGE:
-        ae = API_ERR_CONTEXT_LENGTH;
-        body = api_context_length_body(n_ctx, n_prompt, req->max_tokens);
+        api_context_length_err(&e, n_ctx, n_prompt, req->max_tokens);
         break;
     case -EBUSY:
-        ae = API_ERR_BUSY;
-        body = api_server_busy_body(queue_size);
+        api_server_busy_err(&e, queue_size);
         break;
     case -ESHUTDOWN:
-        ae = API_ERR_SHUTTING_DOWN;
-        body = api_error_body(ae, "the server is shutting down", NULL);
+        api_refuse(&e, API_ERR_SHUTTING_DOWN, NULL, "the server is shutting down");
         break;
     default:
-        ae = API_ERR_INTERNAL;
-        body = api_error_body(ae, "the worker refused the request", NULL);
+        api_refuse(&e, API_ERR_INTERNAL, NULL, "the worker refused the request");
         break;
     }
-    sink->answer(sink->ctx, api_error_status(ae), body, api_error_retry_after(ae));
+    sink->answer(sink->ctx, api_err_status(&e), api_chat_format_error(sink->format, &e, false),
+                 api_err_retry_after(&e));
 }

@@ -4,9 +4,9 @@
  * generated text goes through the output parser (reasoning / content / tool
  * calls, engine/outparse.h) into SSE chunks (stream) or one accumulated message
  * (non-stream), with logprobs, usage, timings and the finish reason; a failure
- * becomes the error body and status of api.h's table. server/ feeds it the
- * worker's events (on the loop thread) and drains it through a sink: it never
- * builds an answer itself.
+ * becomes a struct api_err (api/error.h) that the surface's framing renders.
+ * server/ feeds it the worker's events (on the loop thread) and drains it
+ * through a sink: it never builds an answer itself.
  *
  * One thread at a time (the loop thread). */
 #ifndef MINICPMD_API_CHAT_RUN_H
@@ -34,13 +34,19 @@ struct api_chat_format {
                  const struct api_usage *u, const struct api_timings *t);
     /* The answer of a non-streamed request. */
     char *(*body)(void *ctx, const struct api_chat_ident *id, const struct api_chat_result *r);
-    /* A stream's last frame when it fails: `error_body` is api.h's error JSON. */
-    char *(*error)(void *ctx, const char *error_body);
+    /* A failure in the surface's shape (api/error.h): with `stream`, the last
+     * frame(s) of a stream that has started; without, the body of a whole answer
+     * (the caller sends it with api_err_status() and api_err_retry_after()). */
+    char *(*error)(void *ctx, const struct api_err *e, bool stream);
     void *ctx;
     /* (optional) Before end or body: the stop string that ended the output, as its
      * index in the request's stop list (for a surface that names it). */
     void (*stopped)(void *ctx, int stop_index);
 };
+
+/* f->error(), or OpenAI chat's rendering when `f` is NULL. NULL: out of memory. */
+char *api_chat_format_error(const struct api_chat_format *f, const struct api_err *e,
+                            bool stream);
 
 /* Where the output goes. Ownership of every string passes to the sink. */
 struct api_chat_sink {

@@ -13,7 +13,7 @@
 /* ---- the request ------------------------------------------------------------------ */
 
 static int parse_ids(const json_t *arr, const char *param, int32_t n_vocab,
-                     struct api_completion *c, struct api_bad_request *bad)
+                     struct api_completion *c, struct api_err *bad)
 {
     size_t n = json_array_size(arr);
     if (n == 0)
@@ -52,7 +52,7 @@ static bool all_integers(const json_t *arr)
 /* A string, token ids, or an array of one of those. Several prompts in one request
  * (OpenAI's batch) are refused: minicpmd answers one choice per request. */
 static int parse_prompt(const json_t *body, int32_t n_vocab, struct api_completion *c,
-                        struct api_bad_request *bad)
+                        struct api_err *bad)
 {
     const json_t *p = api__opt(body, "prompt");
     if (!p)
@@ -83,7 +83,7 @@ static int parse_prompt(const json_t *body, int32_t n_vocab, struct api_completi
     return api__wrong_type(bad, "prompt[0]", "a string or an array of token ids", one);
 }
 
-static int must_be_one(const json_t *body, const char *key, struct api_bad_request *bad)
+static int must_be_one(const json_t *body, const char *key, struct api_err *bad)
 {
     long long k = 1;
     bool given;
@@ -97,7 +97,7 @@ static int must_be_one(const json_t *body, const char *key, struct api_bad_reque
 }
 
 static int check_request(const json_t *body, const struct api_chat_limits *lim,
-                         struct api_completion *c, struct api_bad_request *bad)
+                         struct api_completion *c, struct api_err *bad)
 {
     struct api_chat_req *r = c->req;
     int32_t n_vocab = lim && lim->n_vocab > 0 ? lim->n_vocab : INT32_MAX;
@@ -136,7 +136,7 @@ static int check_request(const json_t *body, const struct api_chat_limits *lim,
 }
 
 int api_completion_parse(const json_t *body, const struct api_chat_limits *lim,
-                         struct api_completion **out, struct api_bad_request *bad)
+                         struct api_completion **out, struct api_err *bad)
 {
     *out = NULL;
     if (!json_is_object(body))
@@ -172,7 +172,7 @@ struct cfmt {
     size_t echo_len;
     bool include_usage;
     long offset;                /* text_offset of the next token, in characters */
-    char id[64];                /* "cmpl-" + the chat ident's random part */
+    char id[48];                /* "cmpl-" + 32 random [0-9A-Za-z], its own */
 };
 
 /* Characters (code points) in n bytes of UTF-8: the bytes that start one. */
@@ -186,10 +186,7 @@ static long chars(const char *s, size_t n)
 
 static const char *cmpl_id(struct cfmt *f, const struct api_chat_ident *ci)
 {
-    if (!f->id[0]) {
-        const char *rnd = strncmp(ci->id, "chatcmpl-", 9) == 0 ? ci->id + 9 : ci->id;
-        snprintf(f->id, sizeof f->id, "cmpl-%s", rnd);
-    }
+    (void)ci;
     return f->id;
 }
 
@@ -315,10 +312,10 @@ static char *c_body(void *ctx, const struct api_chat_ident *ci, const struct api
     return api_json_dump(o, NULL);
 }
 
-static char *c_error(void *ctx, const char *error_body)
+static char *c_error(void *ctx, const struct api_err *e, bool stream)
 {
     (void)ctx;
-    return api_sse_frame(error_body);
+    return stream ? api_err_sse(e) : api_err_body(e);
 }
 
 struct api_chat_format *api_completion_format_new(const char *echo, size_t echo_len,
@@ -337,6 +334,8 @@ struct api_chat_format *api_completion_format_new(const char *echo, size_t echo_
         f->echo_len = echo_len;
     }
     f->include_usage = include_usage;
+    memcpy(f->id, "cmpl-", 5);
+    api_random_alnum(f->id + 5, 32);
     f->f = (struct api_chat_format){c_start, c_delta, c_end, c_body, c_error, f, NULL};
     return &f->f;
 }

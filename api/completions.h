@@ -41,7 +41,7 @@ struct api_completion {
 /* Validate `body` into *out. 0, or -EINVAL with `bad` (400 with `param`, or 500
  * when out of memory). Token ids are checked against lim->n_vocab. */
 int api_completion_parse(const json_t *body, const struct api_chat_limits *lim,
-                         struct api_completion **out, struct api_bad_request *bad);
+                         struct api_completion **out, struct api_err *bad);
 void api_completion_free(struct api_completion *c);   /* accepts NULL */
 
 /* The text_completion framing of one request. `echo` (copied; NULL: none) is the

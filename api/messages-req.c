@@ -18,10 +18,10 @@
 /* ---- refusing ---------------------------------------------------------------- */
 
 /* 400 "<at>: <why>". */
-static int refuse(struct api_bad_request *bad, const char *at, const char *fmt, ...)
+static int refuse(struct api_err *bad, const char *at, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-static int refuse(struct api_bad_request *bad, const char *at, const char *fmt, ...)
+static int refuse(struct api_err *bad, const char *at, const char *fmt, ...)
 {
     char why[200];
     va_list ap;
@@ -45,19 +45,19 @@ static const char *kind(const json_t *v)
     }
 }
 
-static int wrong(struct api_bad_request *bad, const char *at, const char *want, const json_t *v)
+static int wrong(struct api_err *bad, const char *at, const char *want, const json_t *v)
 {
     return refuse(bad, at, "expected %s, got %s", want, v ? kind(v) : "nothing");
 }
 
-static int missing(struct api_bad_request *bad, const char *at)
+static int missing(struct api_err *bad, const char *at)
 {
     return refuse(bad, at, "Field required");
 }
 
 /* A string field (required or not): *out borrows it. */
 static int get_str(const json_t *o, const char *key, const char *at, bool required,
-                   const json_t **out, struct api_bad_request *bad)
+                   const json_t **out, struct api_err *bad)
 {
     const json_t *v = api__opt(o, key);
     *out = v;
@@ -68,7 +68,7 @@ static int get_str(const json_t *o, const char *key, const char *at, bool requir
 
 /* ---- content ------------------------------------------------------------------- */
 
-static const char *block_type(const json_t *b, const char *at, struct api_bad_request *bad)
+static const char *block_type(const json_t *b, const char *at, struct api_err *bad)
 {
     char p[96];
     api__path(p, sizeof p, "%s.type", at);
@@ -83,7 +83,7 @@ static const char *block_type(const json_t *b, const char *at, struct api_bad_re
 }
 
 /* A text-only refusal for a block this model cannot read or minicpmd does not run. */
-static int unsupported(struct api_bad_request *bad, const char *at, const char *type)
+static int unsupported(struct api_err *bad, const char *at, const char *type)
 {
     char p[96];
     api__path(p, sizeof p, "%s.type", at);
@@ -95,7 +95,7 @@ static int unsupported(struct api_bad_request *bad, const char *at, const char *
 }
 
 /* A text block's text, as a chat text part appended to `parts`. */
-static int text_part(const json_t *b, const char *at, json_t *parts, struct api_bad_request *bad)
+static int text_part(const json_t *b, const char *at, json_t *parts, struct api_err *bad)
 {
     char p[96];
     api__path(p, sizeof p, "%s.text", at);
@@ -106,7 +106,7 @@ static int text_part(const json_t *b, const char *at, json_t *parts, struct api_
 }
 
 /* A string or text blocks (system, tool_result content) as one string in *out. */
-static int plain_text(const json_t *c, const char *at, ut_buf *out, struct api_bad_request *bad)
+static int plain_text(const json_t *c, const char *at, ut_buf *out, struct api_err *bad)
 {
     if (json_is_string(c))
         return ut_buf_add(out, json_string_value(c), json_string_length(c)) ? api__oom(bad) : 0;
@@ -142,7 +142,7 @@ static json_t *buf_string(ut_buf *b)
 }
 
 /* user text parts gathered so far, as one user message. */
-static int flush_user(json_t **parts, json_t *msgs, struct api_bad_request *bad)
+static int flush_user(json_t **parts, json_t *msgs, struct api_err *bad)
 {
     if (!*parts)
         return 0;
@@ -153,7 +153,7 @@ static int flush_user(json_t **parts, json_t *msgs, struct api_bad_request *bad)
 
 /* A tool_result block as a tool message; is_error is said in the text, the only
  * place the model can read it. */
-static int tool_result(const json_t *b, const char *at, json_t *msgs, struct api_bad_request *bad)
+static int tool_result(const json_t *b, const char *at, json_t *msgs, struct api_err *bad)
 {
     char p[112];
     const json_t *id;
@@ -184,7 +184,7 @@ static int tool_result(const json_t *b, const char *at, json_t *msgs, struct api
 }
 
 /* A tool_use block as a chat tool call (arguments the input object itself). */
-static int tool_use(const json_t *b, const char *at, json_t *calls, struct api_bad_request *bad)
+static int tool_use(const json_t *b, const char *at, json_t *calls, struct api_err *bad)
 {
     char p[112];
     const json_t *id, *name;
@@ -206,7 +206,7 @@ static int tool_use(const json_t *b, const char *at, json_t *calls, struct api_b
 }
 
 static int user_message(const json_t *content, const char *at, json_t *msgs,
-                        struct api_bad_request *bad)
+                        struct api_err *bad)
 {
     json_t *parts = NULL;
     size_t i;
@@ -239,7 +239,7 @@ static int user_message(const json_t *content, const char *at, json_t *msgs,
 }
 
 static int assistant_message(const json_t *content, const char *at, json_t *msgs,
-                             struct api_bad_request *bad)
+                             struct api_err *bad)
 {
     json_t *m = json_object(), *parts = json_array(), *calls = json_array();
     ut_buf thinking = {0};
@@ -294,7 +294,7 @@ static int assistant_message(const json_t *content, const char *at, json_t *msgs
     return rc;
 }
 
-static int map_message(const json_t *m, size_t i, json_t *msgs, struct api_bad_request *bad)
+static int map_message(const json_t *m, size_t i, json_t *msgs, struct api_err *bad)
 {
     char at[48], p[64];
     api__path(at, sizeof at, "messages.%zu", i);
@@ -331,7 +331,7 @@ static int map_message(const json_t *m, size_t i, json_t *msgs, struct api_bad_r
     return user ? user_message(content, p, msgs, bad) : assistant_message(content, p, msgs, bad);
 }
 
-static int map_messages(const json_t *body, json_t *chat, struct api_bad_request *bad)
+static int map_messages(const json_t *body, json_t *chat, struct api_err *bad)
 {
     json_t *msgs = json_array();
     if (api__set(chat, "messages", msgs, bad))
@@ -375,7 +375,7 @@ static bool tool_name_ok(const json_t *name)
                                            "XYZ0123456789_-") == n;
 }
 
-static int map_tools(const json_t *tools, json_t *chat, struct api_bad_request *bad)
+static int map_tools(const json_t *tools, json_t *chat, struct api_err *bad)
 {
     if (!json_is_array(tools))
         return wrong(bad, "tools", "an array", tools);
@@ -435,7 +435,7 @@ static bool has_tool(const json_t *tools, const json_t *name)
 }
 
 static int map_tool_choice(const json_t *body, json_t *chat, struct api_messages_opts *opts,
-                           struct api_bad_request *bad)
+                           struct api_err *bad)
 {
     const json_t *tc = api__opt(body, "tool_choice"), *tools = api__opt(body, "tools");
     if (!tc)
@@ -479,7 +479,7 @@ static int map_tool_choice(const json_t *body, json_t *chat, struct api_messages
 /* ---- the rest ---------------------------------------------------------------------- */
 
 static int map_thinking(const json_t *body, long long max_tokens, bool count,
-                        json_t *chat, struct api_bad_request *bad)
+                        json_t *chat, struct api_err *bad)
 {
     const json_t *th = api__opt(body, "thinking");
     if (!th)
@@ -513,7 +513,7 @@ static int map_thinking(const json_t *body, long long max_tokens, bool count,
                     json_pack("{s:b}", "enable_thinking", on), bad);
 }
 
-static int map_stop(const json_t *body, json_t *chat, struct api_bad_request *bad)
+static int map_stop(const json_t *body, json_t *chat, struct api_err *bad)
 {
     const json_t *s = api__opt(body, "stop_sequences");
     if (!s)
@@ -541,7 +541,7 @@ static int map_stop(const json_t *body, json_t *chat, struct api_bad_request *ba
 }
 
 /* temperature in [0, 1], top_p in (0, 1], top_k >= 0 (Anthropic's ranges). */
-static int map_sampling(const json_t *body, json_t *chat, struct api_bad_request *bad)
+static int map_sampling(const json_t *body, json_t *chat, struct api_err *bad)
 {
     static const struct {
         const char *key;
@@ -573,7 +573,7 @@ static int map_sampling(const json_t *body, json_t *chat, struct api_bad_request
 /* output_config.format: a JSON schema the answer must follow (Anthropic's
  * structured outputs), as a JSON response_format. effort is a hint with no
  * MiniCPM5 counterpart. */
-static int map_output(const json_t *body, json_t *chat, struct api_bad_request *bad)
+static int map_output(const json_t *body, json_t *chat, struct api_err *bad)
 {
     const json_t *oc = api__opt(body, "output_config");
     if (!oc)
@@ -597,7 +597,7 @@ static int map_output(const json_t *body, json_t *chat, struct api_bad_request *
 }
 
 static int map_scalars(const json_t *body, bool count, long long *max_tokens, json_t *chat,
-                       struct api_bad_request *bad)
+                       struct api_err *bad)
 {
     const json_t *model;
     if (get_str(body, "model", "model", true, &model, bad) ||
@@ -628,7 +628,7 @@ static int map_scalars(const json_t *body, bool count, long long *max_tokens, js
 }
 
 int api_messages_translate(const json_t *body, bool count_tokens, json_t **chat,
-                           struct api_messages_opts *opts, struct api_bad_request *bad)
+                           struct api_messages_opts *opts, struct api_err *bad)
 {
     *chat = NULL;
     *opts = (struct api_messages_opts){0};

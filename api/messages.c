@@ -27,19 +27,19 @@ const char *api_messages_error_type(enum api_error e)
     }
 }
 
-static json_t *error_json(enum api_error e, const char *message,
-                          const struct api_device_error *dev)
+/* {"type":"error","error":{"type","message"[, the device fault's fields]}}. */
+static json_t *error_json(const struct api_err *e)
 {
-    json_t *err = json_pack("{s:s, s:o}", "type", api_messages_error_type(e), "message",
-                            api_text_json(message ? message : "", message ? strlen(message) : 0));
-    if (err && dev) {
-        /* The device's fields as chat reports them, its message when none is given. */
-        json_t *o = api_device_error_json(dev);
+    json_t *err = json_pack("{s:s, s:o}", "type", api_messages_error_type(e->error), "message",
+                            api_text_json(e->message, strlen(e->message)));
+    if (err && e->has_device) {
+        /* The fault's fields as OpenAI's body has them (ert_state, phase, …). */
+        json_t *o = api_err_json(e);
         const char *k;
         json_t *v;
         json_object_foreach(json_object_get(o, "error"), k, v) {
             if (strcmp(k, "type") && strcmp(k, "param") && strcmp(k, "code") &&
-                (strcmp(k, "message") || !message))
+                strcmp(k, "message"))
                 json_object_set(err, k, v);
         }
         json_decref(o);
@@ -47,11 +47,7 @@ static json_t *error_json(enum api_error e, const char *message,
     return err ? json_pack("{s:s, s:o}", "type", "error", "error", err) : NULL;
 }
 
-char *api_messages_error_body(enum api_error e, const char *message,
-                              const struct api_device_error *dev)
-{
-    return api_json_dump(error_json(e, message, dev), NULL);
-}
+char *api_messages_err_body(const struct api_err *e) { return api_json_dump(error_json(e), NULL); }
 
 /* "event: <type>\ndata: <o>\n\n" appended to b; steals o. */
 static void event(ut_buf *b, const char *type, json_t *o)
@@ -74,11 +70,10 @@ static char *take(ut_buf *b)
     return b->p;
 }
 
-char *api_messages_error_event(enum api_error e, const char *message,
-                               const struct api_device_error *dev)
+char *api_messages_err_event(const struct api_err *e)
 {
     ut_buf b = {0};
-    event(&b, "error", error_json(e, message, dev));
+    event(&b, "error", error_json(e));
     return take(&b);
 }
 
@@ -296,56 +291,11 @@ static char *m_end(void *ctx, const struct api_chat_ident *ci, enum api_finish_r
     return take(&b);
 }
 
-/* A stream that fails after it began ends with Anthropic's error event. The chat
- * run hands over api.h's error JSON: its type and code say which error it is. */
-static enum api_error error_kind(const json_t *err)
-{
-    const char *code = json_string_value(json_object_get(err, "code"));
-    const char *type = json_string_value(json_object_get(err, "type"));
-    for (int e = 0; e < API_ERR__COUNT; e++) {
-        const char *c = api_error_code((enum api_error)e);
-        if (c && code && strcmp(c, code) == 0)
-            return (enum api_error)e;
-    }
-    if (type && strcmp(type, "device_error") == 0)
-        return API_ERR_DEVICE_FAULT;
-    if (type && strcmp(type, "invalid_request_error") == 0)
-        return API_ERR_BAD_REQUEST;
-    return API_ERR_INTERNAL;
-}
-
-static json_t *reshape(const char *openai_body)
-{
-    json_t *j = json_loads(openai_body, 0, NULL);
-    json_t *err = json_object_get(j, "error");
-    if (!json_is_object(err)) {
-        json_decref(j);
-        return NULL;
-    }
-    enum api_error e = error_kind(err);
-    json_t *out = json_pack("{s:s}", "type", api_messages_error_type(e));
-    const char *k;
-    json_t *v;
-    json_object_foreach(err, k, v) {
-        if (out && strcmp(k, "type") && strcmp(k, "param") && strcmp(k, "code"))
-            json_object_set(out, k, v);
-    }
-    json_decref(j);
-    return out ? json_pack("{s:s, s:o}", "type", "error", "error", out) : NULL;
-}
-
-static char *m_error(void *ctx, const char *error_body)
+/* A failure: a stream that began ends with the error event, else the body. */
+static char *m_error(void *ctx, const struct api_err *e, bool stream)
 {
     (void)ctx;
-    ut_buf b = {0};
-    event(&b, "error", reshape(error_body));
-    return take(&b);
-}
-
-char *api_messages_refusal(void *ctx, const char *error_body)
-{
-    (void)ctx;
-    return api_json_dump(reshape(error_body), NULL);
+    return stream ? api_messages_err_event(e) : api_messages_err_body(e);
 }
 
 struct api_chat_format *api_messages_format_new(const struct api_chat_req *req,

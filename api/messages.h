@@ -60,7 +60,7 @@ struct api_messages_opts {
  * or -EINVAL / -ENOMEM with `bad` (400 naming the Anthropic field; 500 out of
  * memory). */
 int api_messages_translate(const json_t *body, bool count_tokens, json_t **chat,
-                           struct api_messages_opts *opts, struct api_bad_request *bad);
+                           struct api_messages_opts *opts, struct api_err *bad);
 
 /* The Message framing of one request: `req` (borrowed: it outlives every call but
  * the free) names the stop strings and max_tokens. NULL when out of memory; free
@@ -77,23 +77,18 @@ char *api_messages_count_body(int64_t input_tokens);
 
 /* ---- errors ------------------------------------------------------------------ */
 
-/* Errors keep api.h's HTTP status (a full queue: 503 with Retry-After, where
+/* Errors keep api/error.h's HTTP status (a full queue: 503 with Retry-After, where
  * Anthropic's own API says 529; its SDKs treat both as a retryable server error).
- * Anthropic's type for it: invalid_request_error, authentication_error,
+ * Anthropic's type for one: invalid_request_error, authentication_error,
  * permission_error, not_found_error, request_too_large, overloaded_error (a full
  * queue, a loading model), api_error (the rest). */
 const char *api_messages_error_type(enum api_error e);
-/* {"type":"error","error":{"type","message"}}; a device fault (`dev` not NULL) keeps
- * its fields beside them (ert_state, phase, chunk_index, …, as api_device_error_json
- * has them). NULL when out of memory. */
-char *api_messages_error_body(enum api_error e, const char *message,
-                              const struct api_device_error *dev);
-/* The same as one stream event ("event: error\ndata: …\n\n"). */
-char *api_messages_error_event(enum api_error e, const char *message,
-                               const struct api_device_error *dev);
-/* api.h's error JSON (`error_body`, from the shared checks and the chat run) in
- * Anthropic's shape; NULL when out of memory or not an error object. `ctx` unused
- * (the shape of srv_chat_surface.refusal). */
-char *api_messages_refusal(void *ctx, const char *error_body);
+/* {"type":"error","error":{"type","message"}}; a device fault keeps its fields
+ * beside them (ert_state, phase, chunk_index, …, as api_err_json() has them).
+ * malloc'd; NULL when out of memory. The body of every error of the Anthropic
+ * routes (srv_route.error_body), whoever refused. */
+char *api_messages_err_body(const struct api_err *e);
+/* The same as a stream's last event ("event: error\ndata: …\n\n"). */
+char *api_messages_err_event(const struct api_err *e);
 
 #endif

@@ -4,6 +4,7 @@
 
 #include "api/json-util.h"
 #include "api/chat-resp.h"
+#include "util/utf8.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -18,7 +19,7 @@
 /* options: the sampler's names as OpenAI's; runtime settings (num_ctx, num_gpu,
  * num_thread, mirostat, …) are accepted and ignored, as Ollama ignores the ones its
  * runner does not use. */
-static int map_options(const json_t *opts, json_t *o, struct api_bad_request *bad)
+static int map_options(const json_t *opts, json_t *o, struct api_err *bad)
 {
     if (!opts)
         return 0;
@@ -39,7 +40,7 @@ static int map_options(const json_t *opts, json_t *o, struct api_bad_request *ba
 }
 
 /* format: "json" or a JSON schema, into OpenAI's response_format. */
-static int map_format(const json_t *f, json_t *o, struct api_bad_request *bad)
+static int map_format(const json_t *f, json_t *o, struct api_err *bad)
 {
     if (!f || (json_is_string(f) && json_string_length(f) == 0))
         return 0;
@@ -54,7 +55,7 @@ static int map_format(const json_t *f, json_t *o, struct api_bad_request *bad)
 }
 
 /* think: true/false, or a level ("low", "medium", "high") as reasoning_effort. */
-static int map_think(const json_t *t, json_t *o, struct api_bad_request *bad)
+static int map_think(const json_t *t, json_t *o, struct api_err *bad)
 {
     if (!t)
         return 0;
@@ -73,7 +74,7 @@ static bool nonempty(const json_t *v)
 }
 
 /* One Ollama message as an OpenAI one. */
-static int map_message(const json_t *m, size_t i, json_t *msgs, struct api_bad_request *bad)
+static int map_message(const json_t *m, size_t i, json_t *msgs, struct api_err *bad)
 {
     char p[64];
     api__path(p, sizeof p, "messages[%zu]", i);
@@ -116,7 +117,7 @@ static int map_message(const json_t *m, size_t i, json_t *msgs, struct api_bad_r
     return 0;
 }
 
-static int common(const json_t *body, json_t *o, struct api_bad_request *bad)
+static int common(const json_t *body, json_t *o, struct api_err *bad)
 {
     const json_t *stream = api__opt(body, "stream");
     if (stream && !json_is_boolean(stream))
@@ -129,7 +130,7 @@ static int common(const json_t *body, json_t *o, struct api_bad_request *bad)
     return 0;
 }
 
-static int translate_chat(const json_t *body, json_t *o, struct api_bad_request *bad)
+static int translate_chat(const json_t *body, json_t *o, struct api_err *bad)
 {
     const json_t *msgs = api__opt(body, "messages");
     if (!msgs)
@@ -149,7 +150,7 @@ static int translate_chat(const json_t *body, json_t *o, struct api_bad_request 
 }
 
 static int translate_generate(const json_t *body, json_t *o, enum api_ollama_kind *kind,
-                              struct api_bad_request *bad)
+                              struct api_err *bad)
 {
     static const char *const refused[] = {"suffix", "images", "context", "template"};
     static const char *const why[] = {
@@ -191,7 +192,7 @@ static int translate_generate(const json_t *body, json_t *o, enum api_ollama_kin
 }
 
 int api_ollama_translate(const json_t *body, bool generate, enum api_ollama_kind *kind,
-                         json_t **out, struct api_bad_request *bad)
+                         json_t **out, struct api_err *bad)
 {
     *out = NULL;
     *kind = generate ? API_OLLAMA_GENERATE : API_OLLAMA_CHAT;
@@ -218,18 +219,99 @@ int api_ollama_translate(const json_t *body, bool generate, enum api_ollama_kind
 
 /* ---- errors ------------------------------------------------------------------------- */
 
-char *api_ollama_error(const char *message)
+/* The translated body's names back to the ones the Ollama client sent: a field is
+ * the entry's OpenAI name, alone or followed by '[' or '.'. */
+static const struct {
+    const char *openai, *ollama;
+} param_names[] = {
+    {"repetition_penalty", "options.repeat_penalty"},
+    {"max_tokens", "options.num_predict"},
+    {"temperature", "options.temperature"},
+    {"top_p", "options.top_p"},
+    {"top_k", "options.top_k"},
+    {"min_p", "options.min_p"},
+    {"seed", "options.seed"},
+    {"presence_penalty", "options.presence_penalty"},
+    {"frequency_penalty", "options.frequency_penalty"},
+    {"stop", "options.stop"},
+    {"response_format", "format"},
+    {"reasoning_effort", "think"},
+};
+
+/* The message fields map_message() renamed. */
+static const struct {
+    const char *openai, *ollama;
+} message_fields[] = {
+    {".reasoning_content", ".thinking"},
+    {".name", ".tool_name"},
+};
+
+void api_ollama_param(const char *param, char *out, size_t size)
 {
-    return api_json_dump(json_pack("{s:s}", "error", message ? message : "error"), NULL);
+    snprintf(out, size, "%s", param ? param : "");
+    if (!param || !param[0])
+        return;
+    for (size_t i = 0; i < sizeof param_names / sizeof *param_names; i++) {
+        size_t n = strlen(param_names[i].openai);
+        if (strncmp(param, param_names[i].openai, n) == 0 &&
+            (param[n] == '\0' || param[n] == '[' || param[n] == '.')) {
+            snprintf(out, size, "%s%s", param_names[i].ollama, param + n);
+            return;
+        }
+    }
+    /* messages[i].reasoning_content -> messages[i].thinking, … */
+    const char *close = strncmp(param, "messages[", 9) == 0 ? strchr(param, ']') : NULL;
+    for (size_t i = 0; close && i < sizeof message_fields / sizeof *message_fields; i++) {
+        size_t n = strlen(message_fields[i].openai);
+        const char *rest = close + 1;
+        if (strncmp(rest, message_fields[i].openai, n) == 0 &&
+            (rest[n] == '\0' || rest[n] == '[' || rest[n] == '.')) {
+            snprintf(out, size, "%.*s%s%s", (int)(rest - param), param,
+                     message_fields[i].ollama, rest + n);
+            return;
+        }
+    }
 }
 
-char *api_ollama_error_body(const char *openai_body)
+/* `msg` with each quoted 'from' as 'to' (the checks quote the field they name). */
+static void rename_quoted(char *msg, size_t size, const char *from, const char *to)
 {
-    json_t *j = json_loads(openai_body, 0, NULL);
-    const char *msg = json_string_value(json_object_get(json_object_get(j, "error"), "message"));
-    char *s = msg ? api_ollama_error(msg) : NULL;
-    json_decref(j);
-    return s;
+    char q[API_ERR_PARAM_SIZE + 2], r[API_ERR_PARAM_SIZE + 2];
+    snprintf(q, sizeof q, "'%s'", from);
+    snprintf(r, sizeof r, "'%s'", to);
+    size_t nq = strlen(q), nr = strlen(r);
+    char out[API_ERR_MESSAGE_SIZE];
+    size_t o = 0;
+    for (const char *p = msg; *p && o + 1 < sizeof out;) {
+        if (strncmp(p, q, nq) == 0 && o + nr < sizeof out) {
+            memcpy(out + o, r, nr);
+            o += nr;
+            p += nq;
+        } else {
+            out[o++] = *p++;
+        }
+    }
+    out[o] = '\0';
+    snprintf(msg, size, "%s", out);
+    msg[ut_utf8_whole_len(msg)] = '\0';
+}
+
+char *api_ollama_err_body(const struct api_err *e)
+{
+    char msg[API_ERR_MESSAGE_SIZE], param[API_ERR_PARAM_SIZE];
+    snprintf(msg, sizeof msg, "%s", e->message);
+    api_ollama_param(e->param, param, sizeof param);
+    if (strcmp(param, e->param) != 0)
+        rename_quoted(msg, sizeof msg, e->param, param);
+    return api_ollama_error(msg);
+}
+
+char *api_ollama_error(const char *message)
+{
+    json_t *m = json_string(message ? message : "error");
+    if (!m)
+        m = json_string("(message contained invalid UTF-8)");
+    return api_json_dump(json_pack("{s:o}", "error", m), NULL);
 }
 
 /* ---- answers ------------------------------------------------------------------------ */
@@ -371,10 +453,13 @@ static char *o_body(void *ctx, const struct api_chat_ident *ci, const struct api
     return api_json_dump(o, NULL);
 }
 
-static char *o_error(void *ctx, const char *error_body)
+/* Ollama's {"error":"…"}: a whole body, or a stream's last NDJSON line. */
+static char *o_error(void *ctx, const struct api_err *e, bool stream)
 {
     (void)ctx;
-    char *s = api_ollama_error_body(error_body);
+    char *s = api_ollama_err_body(e);
+    if (!stream)
+        return s;
     size_t n = s ? strlen(s) : 0;
     char *t = s ? realloc(s, n + 2) : NULL;
     if (!t) {

@@ -6,8 +6,9 @@
  * api/completions then check as they check every request, so there is one set of
  * rules and one generation path; this file only maps names and frames the answer
  * as Ollama does: NDJSON lines by default, one object with stream:false, durations
- * in nanoseconds, errors as {"error":"…"}. GET /api/version, /api/tags, /api/ps
- * and POST /api/show describe the one served model.
+ * in nanoseconds, errors as {"error":"…"} that name fields by Ollama's names.
+ * GET /api/version, /api/tags, /api/ps and POST /api/show describe the one served
+ * model.
  *
  * Mapped: messages (role, content, thinking -> reasoning_content, tool_calls with
  * object arguments; `images` refused: this model reads text), tools, format ("json"
@@ -48,13 +49,20 @@ enum api_ollama_kind {
  * nothing to generate (LOAD: *out is NULL). Returns 0, or -EINVAL with `bad` (400,
  * `param` in Ollama's names). */
 int api_ollama_translate(const json_t *body, bool generate, enum api_ollama_kind *kind,
-                         json_t **out, struct api_bad_request *bad);
+                         json_t **out, struct api_err *bad);
 
-/* Ollama's error body for api.h's OpenAI-shaped error JSON: {"error":"<message>"}.
- * malloc'd; NULL when out of memory or when `openai_body` is not an error object. */
-char *api_ollama_error_body(const char *openai_body);
+/* Ollama's error body {"error":"<message>"} for `e` (api/error.h), its field named
+ * as the Ollama client sent it: the message's quoted 'max_tokens' reads
+ * 'options.num_predict'. malloc'd; NULL when out of memory. The status is
+ * api_err_status(e). */
+char *api_ollama_err_body(const struct api_err *e);
 /* {"error":"<message>"} from a message. */
 char *api_ollama_error(const char *message);
+/* A field of the translated OpenAI body (`param`, api_err's) by the name the Ollama
+ * body gave it: "max_tokens" -> "options.num_predict", "stop[1]" ->
+ * "options.stop[1]", "messages[2].reasoning_content" -> "messages[2].thinking";
+ * others as they are. Into out[size]. */
+void api_ollama_param(const char *param, char *out, size_t size);
 
 /* The framing of one /api/chat (generate false) or /api/generate answer for
  * `model` (copied): NDJSON lines or one object. NULL when out of memory; free with

@@ -15,7 +15,7 @@
 
 /* A message's content: a string, or input_text / output_text parts as chat's text
  * parts. */
-static json_t *content_of(const json_t *c, const char *at, struct api_bad_request *bad)
+static json_t *content_of(const json_t *c, const char *at, struct api_err *bad)
 {
     if (json_is_string(c))
         return json_deep_copy(c);
@@ -56,7 +56,7 @@ static json_t *content_of(const json_t *c, const char *at, struct api_bad_reques
 
 /* One input item onto the chat messages. Consecutive function_call items become one
  * assistant message's tool_calls. */
-static int map_item(const json_t *it, size_t i, json_t *msgs, struct api_bad_request *bad)
+static int map_item(const json_t *it, size_t i, json_t *msgs, struct api_err *bad)
 {
     char at[64];
     api__path(at, sizeof at, "input[%zu]", i);
@@ -109,7 +109,7 @@ static int map_item(const json_t *it, size_t i, json_t *msgs, struct api_bad_req
                        p);
 }
 
-static int map_input(const json_t *body, json_t *msgs, struct api_bad_request *bad)
+static int map_input(const json_t *body, json_t *msgs, struct api_err *bad)
 {
     const json_t *ins = api__opt(body, "instructions");
     if (ins && !json_is_string(ins))
@@ -132,7 +132,7 @@ static int map_input(const json_t *body, json_t *msgs, struct api_bad_request *b
     return 0;
 }
 
-static int map_tools(const json_t *body, json_t *chat, struct api_bad_request *bad)
+static int map_tools(const json_t *body, json_t *chat, struct api_err *bad)
 {
     const json_t *tools = api__opt(body, "tools");
     if (tools && !json_is_array(tools))
@@ -168,7 +168,7 @@ static int map_tools(const json_t *body, json_t *chat, struct api_bad_request *b
     return api__copy(chat, "tool_choice", tc, bad);
 }
 
-static int map_format(const json_t *body, json_t *chat, struct api_bad_request *bad)
+static int map_format(const json_t *body, json_t *chat, struct api_err *bad)
 {
     const json_t *text = api__opt(body, "text");
     const json_t *f = json_object_get(text, "format");
@@ -191,7 +191,7 @@ static int map_format(const json_t *body, json_t *chat, struct api_bad_request *
                                                 "'text', 'json_object' or 'json_schema'.");
 }
 
-static int refuse_stateful(const json_t *body, struct api_bad_request *bad)
+static int refuse_stateful(const json_t *body, struct api_err *bad)
 {
     if (api__opt(body, "previous_response_id"))
         return api__refuse(bad, "previous_response_id",
@@ -209,7 +209,7 @@ static int refuse_stateful(const json_t *body, struct api_bad_request *bad)
 }
 
 int api_responses_translate(const json_t *body, json_t **chat, json_t **echo,
-                            struct api_bad_request *bad)
+                            struct api_err *bad)
 {
     *chat = *echo = NULL;
     if (!json_is_object(body))
@@ -259,16 +259,10 @@ struct rfmt {
     enum item_kind open;        /* the item a stream is writing */
     char open_id[80];
     ut_buf text;                /* its text so far */
-    char rnd[48];               /* the ident's random part: ids are <prefix>_<rnd><n> */
+    char rnd[33];               /* 32 random [0-9A-Za-z], the response's own: ids
+                                 * are resp_<rnd> and <prefix>_<rnd><n> */
     int n_items;
 };
-
-static void ids_of(struct rfmt *f, const struct api_chat_ident *ci)
-{
-    if (!f->rnd[0])
-        snprintf(f->rnd, sizeof f->rnd, "%s",
-                 strncmp(ci->id, "chatcmpl-", 9) == 0 ? ci->id + 9 : ci->id);
-}
 
 static void new_id(struct rfmt *f, const char *prefix, char *out, size_t size)
 {
@@ -470,7 +464,6 @@ static void call_events(struct rfmt *f, ut_buf *b, const struct api_tool_call_de
 static char *r_start(void *ctx, const struct api_chat_ident *ci)
 {
     struct rfmt *f = ctx;
-    ids_of(f, ci);
     ut_buf b = {0};
     json_t *empty = json_array();
     event(f, &b, "response.created",
@@ -484,7 +477,6 @@ static char *r_start(void *ctx, const struct api_chat_ident *ci)
 static char *r_delta(void *ctx, const struct api_chat_ident *ci, const struct api_chat_delta *d)
 {
     struct rfmt *f = ctx;
-    ids_of(f, ci);
     ut_buf b = {0};
     if (d->reasoning && d->reasoning[0])
         text_delta(f, &b, ITEM_REASONING, d->reasoning);
@@ -500,7 +492,6 @@ static char *r_end(void *ctx, const struct api_chat_ident *ci, enum api_finish_r
 {
     (void)t;
     struct rfmt *f = ctx;
-    ids_of(f, ci);
     ut_buf b = {0};
     close_item(f, &b);
     bool length = fr == API_FINISH_LENGTH;
@@ -513,7 +504,6 @@ static char *r_end(void *ctx, const struct api_chat_ident *ci, enum api_finish_r
 static char *r_body(void *ctx, const struct api_chat_ident *ci, const struct api_chat_result *r)
 {
     struct rfmt *f = ctx;
-    ids_of(f, ci);
     json_t *out = json_array();
     char id[80];
     if (r->reasoning && r->reasoning[0]) {
@@ -536,16 +526,20 @@ static char *r_body(void *ctx, const struct api_chat_ident *ci, const struct api
     return api_json_dump(o, NULL);
 }
 
-static char *r_error(void *ctx, const char *error_body)
+/* A stream's failure is the documented `error` event (code, message, param); a
+ * whole answer's is OpenAI's error object, as every /v1 route's. */
+static char *r_error(void *ctx, const struct api_err *e, bool stream)
 {
     struct rfmt *f = ctx;
-    json_t *j = json_loads(error_body, 0, NULL);
-    json_t *e = json_object_get(j, "error");
+    if (!stream)
+        return api_err_body(e);
+    json_t *o = api_err_json(e);
+    json_t *err = json_object_get(o, "error");
     ut_buf b = {0};
     event(f, &b, "error",
-          json_pack("{s:O?, s:O?, s:O?}", "code", json_object_get(e, "code"), "message",
-                    json_object_get(e, "message"), "param", json_object_get(e, "param")));
-    json_decref(j);
+          json_pack("{s:O?, s:O?, s:O?}", "code", json_object_get(err, "code"), "message",
+                    json_object_get(err, "message"), "param", json_object_get(err, "param")));
+    json_decref(o);
     return take(&b);
 }
 
@@ -557,6 +551,7 @@ struct api_chat_format *api_responses_format_new(json_t *echo)
         return NULL;
     }
     f->echo = json_incref(echo);
+    api_random_alnum(f->rnd, sizeof f->rnd - 1);
     f->f = (struct api_chat_format){r_start, r_delta, r_end, r_body, r_error, f, NULL};
     return &f->f;
 }

@@ -37,7 +37,7 @@
  * temperature, top_p, tools, tool_choice, text, reasoning, parallel_tool_calls,
  * metadata, user). 0, or -EINVAL with `bad` (400 naming the Responses field). */
 int api_responses_translate(const json_t *body, json_t **chat, json_t **echo,
-                            struct api_bad_request *bad);
+                            struct api_err *bad);
 
 /* The Response framing of one request; `echo` is referenced. NULL when out of
  * memory; free with api_responses_format_free(format->ctx). */

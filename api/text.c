@@ -8,39 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- refusing -------------------------------------------------------------- */
-
-/* Cut `s` back to the end of its last whole UTF-8 character: snprintf may have
- * truncated in the middle of one, and jansson refuses invalid UTF-8. */
-static void utf8_trim_tail(char *s)
-{
-    s[ut_utf8_whole_len(s)] = '\0';
-}
-
-int api_vrefuse(struct api_bad_request *bad, enum api_error e, const char *param,
-                const char *fmt, va_list ap)
-{
-    bad->error = e;
-    snprintf(bad->param, sizeof bad->param, "%s", param ? param : "");
-    utf8_trim_tail(bad->param);
-    vsnprintf(bad->message, sizeof bad->message, fmt, ap);
-    utf8_trim_tail(bad->message);
-    for (char *c = bad->message; *c; c++) /* one line, even when it quotes input */
-        if ((unsigned char)*c < ' ')
-            *c = ' ';
-    return e == API_ERR_INTERNAL ? -ENOMEM : -EINVAL;
-}
-
-int api_refuse(struct api_bad_request *bad, enum api_error e, const char *param,
-               const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    api_vrefuse(bad, e, param, fmt, ap);
-    va_end(ap);
-    return -EINVAL;
-}
-
 /* ---- bodies ----------------------------------------------------------------- */
 
 /* The path of the first number in `v` that no int64 holds ("max_tokens",
@@ -75,7 +42,7 @@ static bool find_huge(const json_t *v, char *out, size_t len, size_t at)
  * any out-of-range value; llama.cpp's server answers the same with a 400). Found by
  * parsing again with integers as reals, which only this error path pays for. */
 static void refuse_overflow(const char *body, size_t len, const json_error_t *first,
-                            struct api_bad_request *bad)
+                            struct api_err *bad)
 {
     json_error_t e;
     char path[128] = "";
@@ -91,7 +58,7 @@ static void refuse_overflow(const char *body, size_t len, const json_error_t *fi
                    first->line, first->column);
 }
 
-json_t *api_parse_object(const char *body, size_t len, struct api_bad_request *bad)
+json_t *api_parse_object(const char *body, size_t len, struct api_err *bad)
 {
     json_error_t e;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &e);
@@ -125,7 +92,7 @@ json_t *api_parse_object(const char *body, size_t len, struct api_bad_request *b
 
 /* An optional boolean field: absent -> `def`. */
 static int opt_bool(const json_t *root, const char *key, bool def, bool *out,
-                    struct api_bad_request *bad)
+                    struct api_err *bad)
 {
     json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v)) {
@@ -139,7 +106,7 @@ static int opt_bool(const json_t *root, const char *key, bool def, bool *out,
 }
 
 int api_tokenize_parse(const json_t *root, struct api_tokenize_req *req,
-                       struct api_bad_request *bad)
+                       struct api_err *bad)
 {
     json_t *c = json_object_get(root, "content");
     if (!json_is_string(c))
@@ -228,7 +195,7 @@ int api_tokenize_body(const int32_t *ids, size_t n, const eng_tokenizer *tok, si
 }
 
 int api_detokenize_parse(const json_t *root, int32_t n_vocab, int32_t **ids, size_t *n,
-                         struct api_bad_request *bad)
+                         struct api_err *bad)
 {
     json_t *arr = json_object_get(root, "tokens");
     if (!json_is_array(arr))

@@ -4,6 +4,7 @@
 #define MINICPMD_API_TEXT_H
 
 #include "api/api.h"
+#include "api/error.h"
 #include "engine/tokenizer.h"
 
 #include <jansson.h>
@@ -12,26 +13,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Why a body was refused: the error, a one-line message and the offending field. */
-struct api_bad_request {
-    enum api_error error;
-    char message[256];
-    char param[128];
-};
-
-/* Fill `bad`: error `e`, the field's JSON path `param` (NULL: none) and a message
- * from `fmt`, cut to whole UTF-8 characters on one line (it may quote input).
- * Returns -ENOMEM for API_ERR_INTERNAL (the only internal error a parser meets is
- * running out of memory), else -EINVAL, so a check can end in
- * `return api_refuse(...)`. */
-int api_refuse(struct api_bad_request *bad, enum api_error e, const char *param,
-               const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-int api_vrefuse(struct api_bad_request *bad, enum api_error e, const char *param,
-                const char *fmt, va_list ap) __attribute__((format(printf, 4, 0)));
-
 /* Parse a JSON object body. Returns the object (caller decrefs) or NULL with `bad`
  * filled (invalid JSON, or not an object). */
-json_t *api_parse_object(const char *body, size_t len, struct api_bad_request *bad);
+json_t *api_parse_object(const char *body, size_t len, struct api_err *bad);
 
 /* POST /tokenize {"content": string, "add_special": bool, "parse_special": bool,
  * "with_pieces": bool}. `content` borrows from `root`. */
@@ -44,7 +28,7 @@ struct api_tokenize_req {
     bool with_pieces;           /* default false */
 };
 int api_tokenize_parse(const json_t *root, struct api_tokenize_req *req,
-                       struct api_bad_request *bad);
+                       struct api_err *bad);
 
 /* {"tokens":[ids]} or, with pieces (`tok` not NULL), {"tokens":[{"id":n,"piece":
  * "text"|[bytes]}]}: a piece that is not valid UTF-8 on its own is given as its
@@ -58,7 +42,7 @@ int api_tokenize_body(const int32_t *ids, size_t n, const eng_tokenizer *tok, si
 /* POST /detokenize {"tokens": [ids]}: ids must be integers in [0, n_vocab). The
  * caller frees *ids. */
 int api_detokenize_parse(const json_t *root, int32_t n_vocab, int32_t **ids, size_t *n,
-                         struct api_bad_request *bad);
+                         struct api_err *bad);
 /* {"content": text}; `text` is `len` bytes of UTF-8 and may hold U+0000. */
 char *api_detokenize_body(const char *text, size_t len);
 

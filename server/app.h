@@ -28,8 +28,10 @@ struct srv_app {
     struct eng_gram_limits gram_limits;   /* --grammar-*, for every request's grammar */
 };
 
-/* Answers 503 (loading, with Retry-After, or no model) and returns true when no
- * model is ready to serve a generation or tokenizer route. server/handlers.c */
+/* Whether no model is ready to serve a generation or tokenizer route; then `e` is
+ * why (503 loading, with Retry-After, or no model). server/handlers.c */
+bool srv_app_unready(const struct srv_app *app, struct api_err *e);
+/* srv_app_unready() answered in `resp` as an OpenAI error. */
 bool srv_app_refuse_unready(const struct srv_app *app, struct srv_response *resp);
 
 /* The request body as a JSON object, or NULL with `resp` answered (400). */
@@ -40,8 +42,9 @@ json_t *srv_request_json(srv_request *req, struct srv_response *resp);
 json_t *srv_request_generation(srv_request *req, struct srv_response *resp,
                                struct api_chat_limits *lim);
 
-/* `resp` answers what api/'s parser refused (status from api's table). */
-void srv_response_bad(struct srv_response *resp, const struct api_bad_request *bad);
+/* `resp` answers `e` as an OpenAI error: status, body and Retry-After from api's
+ * table (a surface of another shape renders its own, e.g. api_ollama_err_body). */
+void srv_response_err(struct srv_response *resp, const struct api_err *bad);
 
 /* What a chat request is checked against: the model's vocabulary and sampling
  * defaults; template_only for /apply-template. The model must be ready. */

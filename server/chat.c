@@ -120,21 +120,28 @@ static void answer(struct chat *c, struct srv_response *resp)
         free(resp->body);
         return;
     }
-    if (resp->status >= 400 && resp->body && c->surf.refusal) {
-        char *b = c->surf.refusal(c->surf.format ? c->surf.format->ctx : NULL, resp->body);
-        if (b) {
-            free(resp->body);
-            resp->body = b;
-        }
-    }
     srv_request_complete(c->req, resp);
     c->req = NULL;
 }
 
-static void answer_error(struct chat *c, enum api_error e, const char *param, const char *msg)
+/* `e` as the surface's error body (NULL out of memory: a bare status). */
+static void error_response(const struct srv_chat_surface *surf, const struct api_err *e,
+                           struct srv_response *resp)
 {
+    free(resp->body);
+    *resp = (struct srv_response){
+        .status = api_err_status(e),
+        .body = api_chat_format_error(surf ? surf->format : NULL, e, false),
+        .retry_after = api_err_retry_after(e),
+    };
+}
+
+static void answer_error(struct chat *c, enum api_error kind, const char *param, const char *msg)
+{
+    struct api_err e;
+    api_refuse(&e, kind, param, "%s", msg);
     struct srv_response r = {0};
-    srv_response_error(&r, e, param, "%s", msg);
+    error_response(&c->surf, &e, &r);
     answer(c, &r);
 }
 
@@ -368,7 +375,7 @@ static void on_prompt_work(uv_work_t *w)
     c->param[0] = '\0';
     /* The grammar first: compiling it is bounded (--grammar-*) but can take tens of
      * milliseconds, which the loop thread must not spend. */
-    struct api_bad_request bad;
+    struct api_err bad;
     const eng_gram_vocab *v = api_chat_req_grammar_pending(c->creq)
                                   ? eng_engine_gram_vocab(c->app->eng) : NULL;
     if (api_chat_req_grammar(c->creq, v, &bad)) {
@@ -484,7 +491,7 @@ int srv_h_chat_completions(srv_request *req, struct srv_response *resp)
     json_t *root = srv_request_generation(req, resp, &lim);
     if (!root)
         return 0;
-    struct api_bad_request bad;
+    struct api_err bad;
     struct api_chat_req *creq = NULL;
     int rc = api_chat_req_parse(root, &lim, &creq, &bad);
     json_decref(root);
@@ -492,7 +499,7 @@ int srv_h_chat_completions(srv_request *req, struct srv_response *resp)
         rc = -1;
     if (rc != 0) {
         api_chat_req_free(creq);
-        srv_response_bad(resp, &bad);
+        srv_response_err(resp, &bad);
         return 0;
     }
     return srv_chat_begin(req, resp, creq, NULL);
@@ -512,11 +519,13 @@ int srv_chat_begin(srv_request *req, struct srv_response *resp, struct api_chat_
             memcpy(c->raw_ids, surf->ids, surf->n_ids * sizeof *c->raw_ids);
         }
     }
+    struct api_err e;
     if (!c) {
+        api_refuse(&e, API_ERR_INTERNAL, NULL, "out of memory");
+        error_response(surf, &e, resp);
         if (surf && surf->free_ctx && surf->format)
             surf->free_ctx(surf->format->ctx);
         api_chat_req_free(creq);
-        srv_response_error(resp, API_ERR_INTERNAL, NULL, "out of memory");
         return 0;
     }
     c->app = app;
@@ -537,9 +546,10 @@ int srv_chat_begin(srv_request *req, struct srv_response *resp, struct api_chat_
         app->chats->prev = c;
     app->chats = c;
     if (uv_queue_work(app->loop, &c->work, on_prompt_work, on_prompt_done) != 0) {
+        api_refuse(&e, API_ERR_INTERNAL, NULL, "cannot schedule the work");
+        error_response(surf, &e, resp);
         c->req = NULL;
         chat_free(c);
-        srv_response_error(resp, API_ERR_INTERNAL, NULL, "cannot schedule the work");
         return 0;
     }
     c->in_pool = true;

@@ -15,14 +15,12 @@ int srv_h_chat_completions(srv_request *req, struct srv_response *resp);
 /* What a surface other than chat completions (/v1/completions, Ollama, Responses)
  * gives the one generation path: its framing, and for a raw prompt the text or
  * token ids (req->raw). Copied; the surface's `format.ctx` is freed with
- * free_ctx(ctx) when the request is done. */
+ * free_ctx(ctx) when the request is done. Every failure, refusals before
+ * generation included, is answered through format->error in the surface's shape. */
 struct srv_chat_surface {
     const struct api_chat_format *format;  /* NULL: OpenAI's chat.completion */
     const char *content_type;   /* of a stream; NULL: text/event-stream */
     const char *ping;           /* keep-alive frame; NULL: none (NDJSON has no comments) */
-    /* A non-stream refusal's body (api.h's error JSON) in the surface's shape;
-     * NULL: as it is. Returns a malloc'd body or NULL (then the original). */
-    char *(*refusal)(void *ctx, const char *error_body);
     const char *text;           /* raw prompt text (tokenized with specials, the
                                    tokenizer's add_special too), borrowed from creq's
                                    body; or */

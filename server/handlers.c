@@ -54,25 +54,34 @@ static bool describe_model(const struct srv_app *app, struct api_model *m,
     return true;
 }
 
-bool srv_app_refuse_unready(const struct srv_app *app, struct srv_response *resp)
+bool srv_app_unready(const struct srv_app *app, struct api_err *e)
 {
     if (app->state == API_HEALTH_OK && app->eng)
         return false;
-    enum api_error e = app->state == API_HEALTH_LOADING ? API_ERR_LOADING : API_ERR_NO_MODEL;
-    srv_response_error(resp, e, NULL,
-                       e == API_ERR_LOADING ? "the model is loading" : "no model is loaded");
-    resp->retry_after = api_error_retry_after(e);
+    if (app->state == API_HEALTH_LOADING)
+        api_refuse(e, API_ERR_LOADING, NULL, "the model is loading");
+    else
+        api_refuse(e, API_ERR_NO_MODEL, NULL, "no model is loaded");
+    return true;
+}
+
+bool srv_app_refuse_unready(const struct srv_app *app, struct srv_response *resp)
+{
+    struct api_err e;
+    if (!srv_app_unready(app, &e))
+        return false;
+    srv_response_err(resp, &e);
     return true;
 }
 
 json_t *srv_request_json(srv_request *req, struct srv_response *resp)
 {
-    struct api_bad_request bad;
+    struct api_err bad;
     size_t len;
     const char *body = srv_request_body(req, &len);
     json_t *root = api_parse_object(body, len, &bad);
     if (!root)
-        srv_response_bad(resp, &bad);
+        srv_response_err(resp, &bad);
     return root;
 }
 
@@ -88,9 +97,16 @@ json_t *srv_request_generation(srv_request *req, struct srv_response *resp,
     return root;
 }
 
-void srv_response_bad(struct srv_response *resp, const struct api_bad_request *bad)
+void srv_response_err(struct srv_response *resp, const struct api_err *e)
 {
-    srv_response_error(resp, bad->error, bad->param[0] ? bad->param : NULL, "%s", bad->message);
+    free(resp->body);
+    resp->body = NULL;
+    resp->body_len = 0;
+    resp->err = *e;
+    resp->has_err = true;
+    resp->status = api_err_status(e);
+    resp->content_type = "application/json";
+    resp->retry_after = api_err_retry_after(e);
 }
 
 struct api_chat_limits srv_app_chat_limits(const struct srv_app *app, bool template_only)
@@ -194,9 +210,9 @@ const struct srv_route srv_routes[] = {
     {"POST", "/v1/completions", "/v1/completions", false, srv_h_completions, NULL},
     {"POST", "/v1/responses", "/v1/responses", false, srv_h_responses, NULL},
     /* Anthropic's Messages API: its errors in its shape */
-    {"POST", "/v1/messages", "/v1/messages", false, srv_h_messages, api_messages_refusal},
+    {"POST", "/v1/messages", "/v1/messages", false, srv_h_messages, api_messages_err_body},
     {"POST", "/v1/messages/count_tokens", "/v1/messages/count_tokens", false,
-     srv_h_messages_count_tokens, api_messages_refusal},
+     srv_h_messages_count_tokens, api_messages_err_body},
     /* The Ollama API (server/surfaces.c, api/ollama.h) */
     {"GET", "/api/version", "/api/version", false, srv_h_ollama_version, NULL},
     {"GET", "/api/tags", "/api/tags", false, srv_h_ollama_tags, NULL},

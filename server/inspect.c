@@ -247,9 +247,9 @@ static int start(srv_request *req, struct srv_response *resp, struct job *j)
     return 0;
 }
 
-static int refuse(struct job *j, struct srv_response *resp, const struct api_bad_request *bad)
+static int refuse(struct job *j, struct srv_response *resp, const struct api_err *bad)
 {
-    srv_response_bad(resp, bad);
+    srv_response_err(resp, bad);
     job_free(j);
     return 0;
 }
@@ -259,7 +259,7 @@ int srv_h_tokenize(srv_request *req, struct srv_response *resp)
     struct job *j = job_new(req, resp, JOB_TOKENIZE);
     if (!j)
         return 0;
-    struct api_bad_request bad;
+    struct api_err bad;
     if (api_tokenize_parse(j->root, &j->tk, &bad) != 0)
         return refuse(j, resp, &bad);
     return start(req, resp, j);
@@ -270,7 +270,7 @@ int srv_h_detokenize(srv_request *req, struct srv_response *resp)
     struct job *j = job_new(req, resp, JOB_DETOKENIZE);
     if (!j)
         return 0;
-    struct api_bad_request bad;
+    struct api_err bad;
     if (api_detokenize_parse(j->root, eng_tokenizer_n_vocab(j->tok), &j->ids, &j->n_ids, &bad))
         return refuse(j, resp, &bad);
     return start(req, resp, j);
@@ -282,7 +282,7 @@ int srv_h_apply_template(srv_request *req, struct srv_response *resp)
     if (!j)
         return 0;
     struct api_chat_limits lim = srv_app_chat_limits(srv_request_app(req), true);
-    struct api_bad_request bad;
+    struct api_err bad;
     if (api_chat_req_parse(j->root, &lim, &j->creq, &bad) != 0)
         return refuse(j, resp, &bad);
     return start(req, resp, j);
@@ -295,7 +295,7 @@ int srv_h_messages_count_tokens(srv_request *req, struct srv_response *resp)
         return 0;
     struct srv_app *app = srv_request_app(req);
     struct api_chat_limits lim = srv_app_chat_limits(app, true);
-    struct api_bad_request bad;
+    struct api_err bad;
     struct api_messages_opts opts;
     json_t *chat = NULL;
     int rc = api_messages_translate(j->root, true, &chat, &opts, &bad);

@@ -25,7 +25,7 @@ int srv_h_completions(srv_request *req, struct srv_response *resp)
     json_t *root = srv_request_generation(req, resp, &lim);
     if (!root)
         return 0;
-    struct api_bad_request bad;
+    struct api_err bad;
     struct api_completion *comp = NULL;
     int rc = api_completion_parse(root, &lim, &comp, &bad);
     json_decref(root);   /* the request holds its own reference: comp->text lives on */
@@ -34,7 +34,7 @@ int srv_h_completions(srv_request *req, struct srv_response *resp)
         rc = -1;
     if (rc != 0) {
         api_completion_free(comp);
-        srv_response_bad(resp, &bad);
+        srv_response_err(resp, &bad);
         return 0;
     }
     /* echo: the prompt as text (token ids decoded as /detokenize does). */
@@ -77,27 +77,21 @@ int srv_h_completions(srv_request *req, struct srv_response *resp)
 
 /* ---- the Ollama API ------------------------------------------------------------------- */
 
-/* `resp` (an OpenAI-shaped error from the shared helpers) in Ollama's shape. */
-static void ollama_shape(struct srv_response *resp)
+/* `e` answered in Ollama's shape. */
+static void ollama_err(struct srv_response *resp, const struct api_err *e)
 {
-    char *b = resp->body ? api_ollama_error_body(resp->body) : NULL;
-    if (b) {
-        free(resp->body);
-        resp->body = b;
-    }
+    free(resp->body);
+    resp->status = api_err_status(e);
+    resp->body = api_ollama_err_body(e);
+    resp->retry_after = api_err_retry_after(e);
     resp->content_type = NULL;
 }
 
-static void ollama_fail(struct srv_response *resp, int status, const char *msg)
+static void ollama_fail(struct srv_response *resp, enum api_error kind, const char *msg)
 {
-    resp->status = status;
-    resp->body = api_ollama_error(msg);
-}
-
-static char *ollama_refusal(void *ctx, const char *error_body)
-{
-    (void)ctx;
-    return api_ollama_error_body(error_body);
+    struct api_err e;
+    api_refuse(&e, kind, NULL, "%s", msg);
+    ollama_err(resp, &e);
 }
 
 /* The served model as Ollama describes it; false when none is ready. */
@@ -169,12 +163,12 @@ int srv_h_ollama_ps(srv_request *req, struct srv_response *resp)
  * `resp` answered in Ollama's shape. */
 static json_t *ollama_body(srv_request *req, struct srv_response *resp, const char **model)
 {
-    struct api_bad_request bad;
+    struct api_err bad;
     size_t len;
     const char *body = srv_request_body(req, &len);
     json_t *root = api_parse_object(body, len, &bad);
     if (!root) {
-        ollama_fail(resp, api_error_status(bad.error), bad.message);
+        ollama_err(resp, &bad);
         return NULL;
     }
     const json_t *m = json_object_get(root, "model");
@@ -183,7 +177,7 @@ static json_t *ollama_body(srv_request *req, struct srv_response *resp, const ch
     *model = json_string_value(m);
     if (!*model) {
         json_decref(root);
-        ollama_fail(resp, 400, "model is required");
+        ollama_fail(resp, API_ERR_BAD_REQUEST, "model is required");
         return NULL;
     }
     return root;
@@ -195,7 +189,7 @@ static bool ollama_known(const struct srv_app *app, const char *model, struct sr
         return true;
     char msg[300];
     snprintf(msg, sizeof msg, "model '%.200s' not found", model);
-    ollama_fail(resp, 404, msg);
+    ollama_fail(resp, API_ERR_MODEL_NOT_FOUND, msg);
     return false;
 }
 
@@ -208,10 +202,12 @@ int srv_h_ollama_show(srv_request *req, struct srv_response *resp)
         return 0;
     struct api_ollama_model m;
     char digest[65];
+    struct api_err e;
     if (ollama_known(app, model, resp)) {
         if (!ollama_model(app, &m, digest)) {
-            srv_app_refuse_unready(app, resp);
-            ollama_shape(resp);
+            if (!srv_app_unready(app, &e))   /* ready, yet not describable */
+                api_refuse(&e, API_ERR_NO_MODEL, NULL, "no model is loaded");
+            ollama_err(resp, &e);
         } else {
             resp->status = 200;
             resp->body = api_ollama_show_body(&m);
@@ -226,15 +222,15 @@ int srv_h_ollama_show(srv_request *req, struct srv_response *resp)
 static int ollama_generate(srv_request *req, struct srv_response *resp, bool generate)
 {
     struct srv_app *app = srv_request_app(req);
-    if (srv_app_refuse_unready(app, resp)) {
-        ollama_shape(resp);
+    struct api_err bad;
+    if (srv_app_unready(app, &bad)) {
+        ollama_err(resp, &bad);
         return 0;
     }
     const char *model;
     json_t *root = ollama_body(req, resp, &model);
     if (!root)
         return 0;
-    struct api_bad_request bad;
     enum api_ollama_kind kind;
     json_t *obj = NULL;
     struct api_chat_req *creq = NULL;
@@ -255,13 +251,12 @@ static int ollama_generate(srv_request *req, struct srv_response *resp, bool gen
         goto bad;
     struct api_chat_format *fmt = api_ollama_format_new(generate, model);
     if (!fmt) {
-        ollama_fail(resp, 500, "out of memory");
+        ollama_fail(resp, API_ERR_INTERNAL, "out of memory");
         goto out;
     }
     struct srv_chat_surface surf = {
         .format = fmt,
         .content_type = "application/x-ndjson",
-        .refusal = ollama_refusal,
         .free_ctx = api_ollama_format_free,
     };
     if (comp) {
@@ -270,13 +265,11 @@ static int ollama_generate(srv_request *req, struct srv_response *resp, bool gen
         creq = comp->req;
         comp->req = NULL;
     }
-    rc = srv_chat_begin(req, resp, creq, &surf);
+    rc = srv_chat_begin(req, resp, creq, &surf);   /* its refusals in Ollama's shape */
     creq = NULL;
-    if (resp->body)
-        ollama_shape(resp);
     goto out;
 bad:
-    ollama_fail(resp, api_error_status(bad.error), bad.message);
+    ollama_err(resp, &bad);
 out:
     api_completion_free(comp);
     api_chat_req_free(creq);
@@ -305,7 +298,7 @@ int srv_h_responses(srv_request *req, struct srv_response *resp)
     json_t *root = srv_request_generation(req, resp, &lim);
     if (!root)
         return 0;
-    struct api_bad_request bad;
+    struct api_err bad;
     json_t *chat = NULL, *echo = NULL;
     struct api_chat_req *creq = NULL;
     int rc = api_responses_translate(root, &chat, &echo, &bad);
@@ -319,7 +312,7 @@ int srv_h_responses(srv_request *req, struct srv_response *resp)
     json_decref(echo);   /* the format holds its own reference */
     if (rc != 0) {
         api_chat_req_free(creq);
-        srv_response_bad(resp, &bad);
+        srv_response_err(resp, &bad);
         return 0;
     }
     if (!fmt) {
@@ -337,8 +330,8 @@ int srv_h_responses(srv_request *req, struct srv_response *resp)
 
 /* ---- POST /v1/messages (Anthropic) ------------------------------------------------------- */
 
-/* Errors take Anthropic's shape on the way out (the route's error_shape), whoever
- * refused; a stream's error event is the framing's. */
+/* Errors are rendered in Anthropic's shape: by the route (srv_route.error_body)
+ * when refused here, by the framing once generation began. */
 int srv_h_messages(srv_request *req, struct srv_response *resp)
 {
     struct srv_app *app = srv_request_app(req);
@@ -346,7 +339,7 @@ int srv_h_messages(srv_request *req, struct srv_response *resp)
     json_t *root = srv_request_generation(req, resp, &lim);
     if (!root)
         return 0;
-    struct api_bad_request bad;
+    struct api_err bad;
     struct api_messages_opts opts;
     json_t *chat = NULL;
     struct api_chat_req *creq = NULL;
@@ -360,7 +353,7 @@ int srv_h_messages(srv_request *req, struct srv_response *resp)
     struct api_chat_format *fmt = rc == 0 ? api_messages_format_new(creq, &opts) : NULL;
     if (rc != 0) {
         api_chat_req_free(creq);
-        srv_response_bad(resp, &bad);
+        srv_response_err(resp, &bad);
         return 0;
     }
     if (!fmt) {

@@ -48,7 +48,7 @@ static inline struct api_chat_req *ok(const char *body)
 {
     json_t *j = load(body);
     struct api_chat_req *r = NULL;
-    struct api_bad_request bad = {0};
+    struct api_err bad = {0};
     int rc = api_chat_req_parse(j, &LIM, &r, &bad);
     json_decref(j); /* the request holds its own reference */
     cr_assert_eq(rc, 0, "refused (%s: %s): %s", bad.param, bad.message, body);
@@ -60,7 +60,7 @@ static inline void bad_as(const char *body, const char *param, const char *needl
 {
     json_t *j = load(body);
     struct api_chat_req *r = (struct api_chat_req *)1;
-    struct api_bad_request bad = {0};
+    struct api_err bad = {0};
     int rc = api_chat_req_parse(j, &LIM, &r, &bad);
     json_decref(j);
     cr_assert_eq(rc, -EINVAL, "accepted: %s", body);

@@ -142,7 +142,7 @@ MCD_TEST(api_models, empty_list)
  * range; the 400 names the field instead of saying "not valid JSON". */
 MCD_TEST(api_body, huge_integer_names_the_field)
 {
-    struct api_bad_request bad;
+    struct api_err bad;
     const char *b = "{\"model\":\"m\",\"max_tokens\":99999999999999999999}";
     cr_assert_null(api_parse_object(b, strlen(b), &bad));
     cr_assert_eq(bad.error, API_ERR_BAD_REQUEST);

@@ -158,3 +158,163 @@ MCD_TEST(chat_errors, device_error_from_the_engine)
     cr_assert_null(json_object_get(err, "runlist"));
     json_decref(ours);
 }
+
+/* ---- one struct api_err, rendered per surface ------------------------------------------------ */
+
+#include "api/completions.h"
+#include "api/ollama.h"
+#include "api/responses.h"
+
+/* A parser's refusal renders as the OpenAI error object with its param; the device
+ * part only when there is one. */
+MCD_TEST(api_err, openai_rendering)
+{
+    struct api_err e;
+    cr_assert_eq(api_refuse(&e, API_ERR_BAD_REQUEST, "stop[1]", "Invalid 'stop[1]': no\n"),
+                 -EINVAL);
+    cr_assert_eq(api_err_status(&e), 400);
+    cr_assert_null(api_err_retry_after(&e));
+    json_t *o = parse_str(api_err_body(&e));
+    json_t *err = json_object_get(o, "error");
+    cr_assert_str_eq(sget(err, "message"), "Invalid 'stop[1]': no ", "one line");
+    cr_assert_str_eq(sget(err, "param"), "stop[1]");
+    cr_assert_str_eq(sget(err, "type"), "invalid_request_error");
+    cr_assert(json_is_null(json_object_get(err, "code")));
+    cr_assert_eq(json_object_size(err), 4);
+    json_decref(o);
+
+    api_refuse(&e, API_ERR_BUSY, NULL, "busy");
+    cr_assert_str_eq(api_err_retry_after(&e), "1");
+    o = parse_str(api_err_body(&e));
+    cr_assert(json_is_null(json_object_get(json_object_get(o, "error"), "param")));
+    cr_assert_str_eq(sget(json_object_get(o, "error"), "code"), "server_busy");
+    json_decref(o);
+
+    struct api_device_error d = {.ert_state = 8, .ert_name = "ERT_CMD_STATE_TIMEOUT",
+                                 .chunk_index = -1, .chunk_count = -1, .layer_first = -1,
+                                 .layer_last = -1, .token_pos = -1, .elapsed_ms = -1,
+                                 .device = "sim", .attempts = 1};
+    api_err_device(&e, &d);
+    cr_assert_eq(e.error, API_ERR_DEVICE_RESET);
+    cr_assert_eq(api_err_status(&e), 503);
+    cr_assert_str_eq(api_err_retry_after(&e), "1");
+    d.unrecovered = true;
+    api_err_device(&e, &d);
+    cr_assert_eq(api_err_status(&e), 500);
+    o = parse_str(api_err_body(&e));
+    err = json_object_get(o, "error");
+    cr_assert_str_eq(sget(err, "code"), "ert_cmd_state_timeout");
+    cr_assert_str_eq(sget(err, "device"), "sim");
+    cr_assert_eq(iget(err, "ert_state"), 8);
+    json_decref(o);
+}
+
+/* An Ollama client reads its own field names: the translated body's max_tokens was
+ * its options.num_predict. */
+MCD_TEST(api_err, ollama_names_the_clients_fields)
+{
+    static const char *const pairs[][2] = {
+        {"max_tokens", "options.num_predict"},
+        {"repetition_penalty", "options.repeat_penalty"},
+        {"temperature", "options.temperature"},
+        {"stop[1]", "options.stop[1]"},
+        {"response_format.json_schema.schema", "format.json_schema.schema"},
+        {"reasoning_effort", "think"},
+        {"messages[2].reasoning_content", "messages[2].thinking"},
+        {"messages[0].name", "messages[0].tool_name"},
+        {"messages[1].content", "messages[1].content"},
+        {"max_tokens_x", "max_tokens_x"},
+        {"prompt", "prompt"},
+        {"", ""},
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++) {
+        char out[128];
+        api_ollama_param(pairs[i][0], out, sizeof out);
+        cr_assert_str_eq(out, pairs[i][1], "%s", pairs[i][0]);
+    }
+    struct api_err e;
+    api_refuse(&e, API_ERR_BAD_REQUEST, "repetition_penalty",
+               "Invalid 'repetition_penalty': expected a number above 0, but got -1 instead.");
+    json_t *o = parse_str(api_ollama_err_body(&e));
+    cr_assert_eq(json_object_size(o), 1);
+    cr_assert_str_eq(sget(o, "error"), "Invalid 'options.repeat_penalty': expected a number "
+                                       "above 0, but got -1 instead.");
+    json_decref(o);
+    api_refuse(&e, API_ERR_BAD_REQUEST, "max_tokens",
+               "Invalid type for 'max_tokens': expected an integer, but got a string instead.");
+    o = parse_str(api_ollama_err_body(&e));
+    cr_assert_str_eq(sget(o, "error"), "Invalid type for 'options.num_predict': expected an "
+                                       "integer, but got a string instead.");
+    json_decref(o);
+}
+
+/* Each surface's framing renders the same struct: a stream's last frame, or a body. */
+MCD_TEST(api_err, each_surface_frames_it)
+{
+    struct api_err e;
+    api_refuse(&e, API_ERR_BAD_REQUEST, "max_tokens", "Invalid 'max_tokens': too many.");
+
+    /* OpenAI chat (the default framing) and completions: data: {"error":…} / the object */
+    struct api_chat_format *cf = api_completion_format_new(NULL, 0, false);
+    const struct api_chat_format *fmts[] = {NULL, cf};
+    for (int i = 0; i < 2; i++) {
+        json_t *o = parse_event(api_chat_format_error(fmts[i], &e, true));
+        cr_assert_str_eq(sget(json_object_get(o, "error"), "param"), "max_tokens");
+        json_decref(o);
+        o = parse_str(api_chat_format_error(fmts[i], &e, false));
+        cr_assert_str_eq(sget(json_object_get(o, "error"), "message"),
+                         "Invalid 'max_tokens': too many.");
+        json_decref(o);
+    }
+    api_completion_format_free(cf->ctx);
+
+    /* Responses: the documented `error` event; a body is the OpenAI object */
+    struct api_chat_format *rf = api_responses_format_new(NULL);
+    char *ev = api_chat_format_error(rf, &e, true);
+    cr_assert_not_null(ev);
+    cr_assert_eq(strncmp(ev, "event: error\ndata: ", 19), 0, "%s", ev);
+    json_t *o = parse_str(strndup(ev + 19, strlen(ev + 19)));
+    cr_assert_str_eq(sget(o, "type"), "error");
+    cr_assert_str_eq(sget(o, "param"), "max_tokens");
+    cr_assert_str_eq(sget(o, "message"), "Invalid 'max_tokens': too many.");
+    cr_assert(json_is_null(json_object_get(o, "code")));
+    json_decref(o);
+    free(ev);
+    o = parse_str(api_chat_format_error(rf, &e, false));
+    cr_assert_str_eq(sget(json_object_get(o, "error"), "param"), "max_tokens");
+    json_decref(o);
+    api_responses_format_free(rf->ctx);
+
+    /* Ollama: {"error":…}, one NDJSON line in a stream, its own field names */
+    struct api_chat_format *of = api_ollama_format_new(false, "m");
+    char *line = api_chat_format_error(of, &e, true);
+    cr_assert_not_null(line);
+    cr_assert_eq(line[strlen(line) - 1], '\n');
+    o = parse_str(line);
+    cr_assert_str_eq(sget(o, "error"), "Invalid 'options.num_predict': too many.");
+    json_decref(o);
+    o = parse_str(api_chat_format_error(of, &e, false));
+    cr_assert_str_eq(sget(o, "error"), "Invalid 'options.num_predict': too many.");
+    json_decref(o);
+    api_ollama_format_free(of->ctx);
+}
+
+/* The completions id is its own ("cmpl-" + 32 random), not the chat id renamed. */
+MCD_TEST(api_err, completions_id_is_its_own)
+{
+    struct api_chat_ident ci;
+    api_chat_ident_init(&ci, "m", "1", "cpu", false);
+    struct api_chat_format *cf = api_completion_format_new(NULL, 0, false);
+    struct api_chat_result r = {.content = "x"};
+    json_t *o = parse_str(cf->body(cf->ctx, &ci, &r));
+    const char *id = sget(o, "id");
+    cr_assert_eq(strlen(id), 5 + 32);
+    cr_assert_eq(strncmp(id, "cmpl-", 5), 0);
+    cr_assert_str_neq(id + 5, ci.id + 9);
+    /* the same id on every frame of the request */
+    json_t *o2 = parse_str(cf->body(cf->ctx, &ci, &r));
+    cr_assert_str_eq(sget(o2, "id"), id);
+    json_decref(o2);
+    json_decref(o);
+    api_completion_format_free(cf->ctx);
+}

@@ -54,7 +54,7 @@ MCD_TEST(chat_req, neutral_knobs_without_pack_defaults)
 {
     json_t *j = load(BODY(""));
     struct api_chat_req *r;
-    struct api_bad_request b;
+    struct api_err b;
     struct api_chat_limits lim = {.n_vocab = 10};
     cr_assert_eq(api_chat_req_parse(j, &lim, &r, &b), 0);
     cr_assert_float_eq(r->sampling.temperature, 1.0f, 1e-6);
@@ -71,7 +71,7 @@ MCD_TEST(chat_req, the_request_outlives_the_callers_reference)
 {
     json_t *j = load(BODY(",\"stop\":\"END\",\"user\":\"u1\""));
     struct api_chat_req *r;
-    struct api_bad_request b;
+    struct api_err b;
     cr_assert_eq(api_chat_req_parse(j, &LIM, &r, &b), 0);
     json_decref(j);
     cr_assert_str_eq(r->model, "m");
@@ -86,7 +86,7 @@ MCD_TEST(chat_req, body_must_be_an_object)
 {
     json_t *j = load("[1,2]");
     struct api_chat_req *r;
-    struct api_bad_request b;
+    struct api_err b;
     cr_assert_eq(api_chat_req_parse(j, &LIM, &r, &b), -EINVAL);
     cr_assert_eq(b.error, API_ERR_BAD_REQUEST);
     cr_assert_str_eq(b.param, "");
@@ -140,7 +140,7 @@ MCD_TEST(chat_req, model_is_required_and_a_string)
 MCD_TEST(chat_req, model_lookup)
 {
     const char *aliases[] = {"minicpm5", "gpt-4o-mini"};
-    struct api_bad_request b = {0};
+    struct api_err b = {0};
     cr_assert_eq(api_chat_req_check_model("minicpm5:2b", "minicpm5:2b", aliases, 2, &b), 0);
     cr_assert_eq(api_chat_req_check_model("gpt-4o-mini", "minicpm5:2b", aliases, 2, &b), 0);
     cr_assert_eq(api_chat_req_check_model("minicpm5", "minicpm5:2b", NULL, 0, &b), -ENOENT);
@@ -407,7 +407,7 @@ MCD_TEST(chat_req, reasoning_effort_and_default)
     /* The daemon's default applies only when the request says nothing. */
     struct api_chat_limits off = LIM;
     off.thinking = ENG_THINKING_OFF;
-    struct api_bad_request b;
+    struct api_err b;
     struct api_chat_req *r = NULL;
     json_t *j = load(BODY(""));
     cr_assert_eq(api_chat_req_parse(j, &off, &r, &b), 0);
@@ -492,7 +492,7 @@ MCD_TEST(chat_req, refusals_render_as_openai_errors)
 {
     json_t *j = load(BODY(",\"temperature\":9"));
     struct api_chat_req *r;
-    struct api_bad_request b;
+    struct api_err b;
     cr_assert_eq(api_chat_req_parse(j, &LIM, &r, &b), -EINVAL);
     json_decref(j);
     cr_assert_eq(api_error_status(b.error), 400);

@@ -220,7 +220,7 @@ MCD_TEST(chat_req, logit_bias)
     snprintf(body, sizeof body, BODY(",\"logit_bias\":{\"%s\":1}"), key);
     json_t *j = load(body);
     struct api_chat_req *out;
-    struct api_bad_request b;
+    struct api_err b;
     cr_assert_eq(api_chat_req_parse(j, &LIM, &out, &b), -EINVAL);
     cr_assert(mcd_utf8_valid(b.param) && mcd_utf8_valid(b.message));
     cr_assert(strncmp(b.param, "logit_bias.ü", strlen("logit_bias.ü")) == 0);

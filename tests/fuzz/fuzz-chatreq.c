@@ -55,7 +55,7 @@ static void must_event(char *ev)
     free(ev);
 }
 
-static void check_refusal(const struct api_bad_request *bad)
+static void check_refusal(const struct api_err *bad)
 {
     if (bad->error != API_ERR_BAD_REQUEST && bad->error != API_ERR_INTERNAL)
         abort();
@@ -146,7 +146,7 @@ static void check_request(const struct api_chat_req *r)
         abort();
     if (api_chat_req_budget(r, 4096, 4096) != -ERANGE)
         abort();
-    struct api_bad_request bad;
+    struct api_err bad;
     if (api_chat_req_check_model(r->model, r->model, NULL, 0, &bad) != 0)
         abort();
 }
@@ -198,7 +198,7 @@ static void fuzz_completions(const uint8_t *data, size_t size, const struct api_
     if (!body)
         return;
     struct api_completion *c = NULL;
-    struct api_bad_request bad;
+    struct api_err bad;
     if (api_completion_parse(body, lim, &c, &bad) != 0) {
         if (c)
             abort();
@@ -251,7 +251,7 @@ static void fuzz_ollama(const uint8_t *data, size_t size, const struct api_chat_
     bool generate = size % 2;
     enum api_ollama_kind kind;
     json_t *o = NULL;
-    struct api_bad_request bad;
+    struct api_err bad;
     if (api_ollama_translate(body, generate, &kind, &o, &bad) != 0) {
         if (o)
             abort();
@@ -307,7 +307,7 @@ static void fuzz_responses(const uint8_t *data, size_t size, const struct api_ch
     if (!body)
         return;
     json_t *chat = NULL, *echo = NULL;
-    struct api_bad_request bad;
+    struct api_err bad;
     struct api_chat_req *r = NULL;
     if (api_responses_translate(body, &chat, &echo, &bad) != 0) {
         if (chat || echo)
@@ -366,7 +366,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const struct api_chat_limits lim = {.n_vocab = N_VOCAB, .defaults = &defaults};
     /* The server's own body parse (api_parse_object): a refusal, an integer past
      * int64 included (it names the field from a second parse), is one line. */
-    struct api_bad_request pbad;
+    struct api_err pbad;
     json_t *parsed = api_parse_object((const char *)data, size, &pbad);
     if (!parsed && (strchr(pbad.message, '\n') || !pbad.message[0]))
         abort();
@@ -374,7 +374,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     json_t *body = json_loadb((const char *)data, size, JSON_ALLOW_NUL, NULL);
     struct api_chat_req *r = NULL;
     if (body) {
-        struct api_bad_request bad;
+        struct api_err bad;
         if (api_chat_req_parse(body, &lim, &r, &bad) == 0) {
             json_decref(body); /* the request keeps what it borrows alive */
             body = NULL;
