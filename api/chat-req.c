@@ -15,6 +15,7 @@
  * logprobs and stream, and api_chat_req_parse(), which decides the order. */
 #include "api/json-util.h"
 #include "util/clock.h"
+#include "util/utf8.h"
 
 #include <errno.h>
 #include <float.h>
@@ -73,9 +74,7 @@ struct quote api__quoted(const char *s)
         memcpy(q.s, s, n + 1);
         return q;
     }
-    size_t cut = 40;
-    while (cut > 0 && ((unsigned char)s[cut] & 0xC0) == 0x80)
-        cut--;
+    size_t cut = ut_utf8_char_start(s, 40);
     memcpy(q.s, s, cut);
     memcpy(q.s + cut, "…", sizeof "…");
     return q;

@@ -240,22 +240,30 @@ static json_t *head(const struct api_chat_ident *ci, const char *object)
                      ci->fingerprint);
 }
 
+static json_t *choice_json(int index, const struct api_chat_result *r)
+{
+    return json_pack("{s:i, s:o, s:o, s:s}", "index", index, "message", message_json(r),
+                     "logprobs", logprobs_json(r->logprobs, r->tokens, r->n_tokens),
+                     "finish_reason", api_finish_reason_name(r->finish));
+}
+
 json_t *api_chat_completion_json(const struct api_chat_ident *ci, const struct api_chat_result *r)
 {
     json_t *o = head(ci, "chat.completion");
-    if (!o)
-        return NULL;
-    json_t *choice = json_pack("{s:i, s:o, s:o, s:s}", "index", ci->index, "message",
-                               message_json(r),
-                               "logprobs", logprobs_json(r->logprobs, r->tokens, r->n_tokens),
-                               "finish_reason", api_finish_reason_name(r->finish));
-    json_t *choices = choice ? json_pack("[o]", choice) : NULL;
-    if (!put(o, "choices", choices) || !put(o, "usage", usage_json(&r->usage)) ||
-        (r->timings && !put(o, "timings", api_timings_json(r->timings)))) {
-        json_decref(o);
-        return NULL;
-    }
+    json_t *choices = json_array();
+    if (!put(o, "choices", choices) ||
+        json_array_append_new(choices, choice_json(ci->index, r)) != 0)
+        goto fail;
+    for (size_t i = 0; i < r->n_others; i++)
+        if (json_array_append_new(choices, choice_json(ci->index + 1 + (int)i, &r->others[i])))
+            goto fail;
+    if (!put(o, "usage", usage_json(&r->usage)) ||
+        (r->timings && !put(o, "timings", api_timings_json(r->timings))))
+        goto fail;
     return o;
+fail:
+    json_decref(o);
+    return NULL;
 }
 
 char *api_chat_completion_body(const struct api_chat_ident *ci, const struct api_chat_result *r)
@@ -268,46 +276,10 @@ char *api_chat_completion_body(const struct api_chat_ident *ci, const struct api
     return s;
 }
 
-static int add_int(json_t *to, const json_t *from, const char *k1, const char *k2)
+void api_usage_add_choice(struct api_usage *sum, const struct api_usage *choice)
 {
-    json_t *a = json_object_get(to, k1), *b = json_object_get(from, k1);
-    if (k2)
-        a = json_object_get(a, k2), b = json_object_get(b, k2);
-    if (!json_is_integer(a) || !json_is_integer(b))
-        return -1;
-    return json_integer_set(a, json_integer_value(a) + json_integer_value(b));
-}
-
-char *api_chat_completion_merge(char *const *bodies, int n)
-{
-    json_t *out = NULL, *choices = json_array();
-    char *s = NULL;
-    if (!choices || n < 1)
-        goto done;
-    for (int i = 0; i < n; i++) {
-        json_t *o = bodies[i] ? json_loads(bodies[i], 0, NULL) : NULL;
-        json_t *c = json_array_get(json_object_get(o, "choices"), 0);
-        int bad = !c || json_array_append(choices, c) != 0;
-        if (!bad && i > 0)  /* usage: the prompt once, the completions summed */
-            bad = add_int(out, o, "usage", "completion_tokens") ||
-                  add_int(json_object_get(out, "usage"), json_object_get(o, "usage"),
-                          "completion_tokens_details", "reasoning_tokens");
-        if (i == 0 && !bad)
-            out = json_incref(o);
-        json_decref(o);
-        if (bad)
-            goto done;
-    }
-    json_t *u = json_object_get(out, "usage");
-    json_int_t total = json_integer_value(json_object_get(u, "prompt_tokens")) +
-                       json_integer_value(json_object_get(u, "completion_tokens"));
-    if (json_object_set(out, "choices", choices) == 0 &&
-        json_object_set_new(u, "total_tokens", json_integer(total)) == 0)
-        s = json_dumps(out, JSON_COMPACT);
-done:
-    json_decref(choices);
-    json_decref(out);
-    return s;
+    sum->completion_tokens += choice->completion_tokens;
+    sum->reasoning_tokens += choice->reasoning_tokens;
 }
 
 char *api_chat_stream_tail(const struct api_chat_ident *ci, const struct api_usage *u)

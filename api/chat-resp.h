@@ -114,19 +114,21 @@ struct api_chat_result {
     bool logprobs;              /* asked: choices[0].logprobs = {"content":[…]}; else null */
     const struct api_token_logprob *tokens;
     size_t n_tokens;
-    struct api_usage usage;
+    struct api_usage usage;     /* with n > 1: of every choice (api_usage_add_choice) */
     const struct api_timings *timings;   /* NULL: no "timings" */
+    /* OpenAI chat's n > 1: choices 1 .. n_others, after this one (choice 0); only
+     * their choice fields are read. Other surfaces have one choice. */
+    const struct api_chat_result *others;
+    size_t n_others;
 };
 
-/* The chat.completion object / its compact JSON text. */
-json_t *api_chat_completion_json(const struct api_chat_ident *ci, const struct api_chat_result *r);
+/* Counts one more choice of the same prompt into `sum`, as OpenAI counts n > 1:
+ * the prompt once, completion and reasoning tokens summed. */
+void api_usage_add_choice(struct api_usage *sum, const struct api_usage *choice);
 
-/* The answer of a request with n > 1 choices from the n bodies of its choices
- * (api_chat_completion_body each, choice i with index i): one object, the first's
- * head and timings, every choice in index order, usage as OpenAI counts it (the
- * prompt once, completion and reasoning tokens summed). NULL: a body is not one,
- * or out of memory. */
-char *api_chat_completion_merge(char *const *bodies, int n);
+/* The chat.completion object / its compact JSON text: every choice of `r` in index
+ * order (r itself ci->index, its others the next ones), r's usage and timings. */
+json_t *api_chat_completion_json(const struct api_chat_ident *ci, const struct api_chat_result *r);
 
 /* The end of a stream of n > 1 choices, after each choice's final chunk: the usage
  * chunk (with include_usage; `u` summed as above) and [DONE]. */

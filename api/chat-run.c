@@ -7,6 +7,7 @@
 
 #include "engine/outparse.h"
 #include "util/buf.h"
+#include "util/utf8.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -43,6 +44,10 @@ struct api_chat_run {
     size_t n_tools, cap_tools;
     struct lp *lps;              /* non-stream: all; stream: not yet sent */
     size_t n_lps, cap_lps;
+    struct api_chat_result result;          /* non-stream, handed to sink.result */
+    struct api_tool_call *result_calls;     /* its views, owned */
+    struct api_token_logprob *result_lps;
+    struct api_timings result_timings;
 };
 
 static const struct api_chat_format chat_format;   /* below */
@@ -84,6 +89,8 @@ void api_chat_run_free(api_chat_run *c)
 {
     if (!c)
         return;
+    free(c->result_calls);
+    free(c->result_lps);
     lps_clear(c);
     free(c->lps);
     for (size_t i = 0; i < c->n_tools; i++) {
@@ -387,6 +394,16 @@ static void finish_message(struct api_chat_run *c, enum api_finish_reason fr,
         .usage = *u,
         .timings = at,
     };
+    if (c->sink.result && !c->answered) {
+        c->answered = true;
+        c->result_timings = *at;
+        c->result = r;
+        c->result.timings = &c->result_timings;
+        c->result_calls = tc;
+        c->result_lps = lp;
+        c->sink.result(c->sink.ctx, &c->result);
+        return;
+    }
     char *body = c->fmt.body(c->fmt.ctx, c->ident, &r);
     free(tc);
     free(lp);
@@ -448,9 +465,7 @@ void api_chat_run_error(api_chat_run *c, const struct eng_error_event *e)
     } else if (e->grammar) {
         /* The request's grammar ended it (its dead end or a limit): the field that
          * asked for the grammar, and what was generated (a stream sent it already). */
-        size_t n = c->content.n < 200 ? c->content.n : 200;
-        while (n < c->content.n && n > 0 && ((unsigned char)c->content.p[n] & 0xC0) == 0x80)
-            n--; /* whole characters */
+        size_t n = c->content.n > 200 ? ut_utf8_char_start(c->content.p, 200) : c->content.n;
         if (c->req->stream || !c->content.n)
             api_refuse(&err, API_ERR_BAD_REQUEST, api_chat_req_grammar_param(c->req), "%s",
                        e->message);

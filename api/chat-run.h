@@ -56,13 +56,18 @@ struct api_chat_sink {
      * NULL or static), or of a streamed one that failed before its first chunk.
      * Called at most once. `body` NULL means out of memory. */
     void (*answer)(void *ctx, int status, char *body, const char *retry_after);
+    /* Optional, non-streamed requests: the result itself instead of a rendered
+     * body, for a caller that renders several runs' choices as one answer (OpenAI
+     * chat's n > 1). Valid until the run is freed. Failures still go to answer. */
+    void (*result)(void *ctx, const struct api_chat_result *r);
     void *ctx;
     const struct api_chat_format *format;   /* NULL: OpenAI's chat.completion */
 };
 
 /* OpenAI's chat framing for one choice of a request with n > 1 (its ident's index
  * set): its stream ends with its final chunk only, and the usage it reports is
- * written to *usage; the caller sends api_chat_stream_tail after the last choice. */
+ * written to *usage; the caller sends api_chat_stream_tail after the last choice.
+ * Not streamed, the choices' results go to the sink's `result`. */
 struct api_chat_format api_chat_choice_format(struct api_usage *usage);
 
 typedef struct api_chat_run api_chat_run;

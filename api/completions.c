@@ -4,6 +4,7 @@
 
 #include "api/json-util.h"
 #include "api/chat-resp.h"
+#include "util/utf8.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -176,13 +177,7 @@ struct cfmt {
 };
 
 /* Characters (code points) in n bytes of UTF-8: the bytes that start one. */
-static long chars(const char *s, size_t n)
-{
-    long k = 0;
-    for (size_t i = 0; i < n; i++)
-        k += ((unsigned char)s[i] & 0xC0) != 0x80;
-    return k;
-}
+static long chars(const char *s, size_t n) { return (long)ut_utf8_count_starts(s, n); }
 
 static const char *cmpl_id(struct cfmt *f, const struct api_chat_ident *ci)
 {

@@ -26,6 +26,7 @@
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Every error minicpmd can send, with its HTTP status, OpenAI `type` and `code`.
@@ -116,6 +117,20 @@ int api_refuse(struct api_err *e, enum api_error kind, const char *param, const 
     __attribute__((format(printf, 4, 5)));
 int api_vrefuse(struct api_err *e, enum api_error kind, const char *param, const char *fmt,
                 va_list ap) __attribute__((format(printf, 4, 0)));
+
+/* A surface whose request was translated into an OpenAI body names its fields its
+ * own way: `openai` (the field, or the start of a path: followed by '[' or '.')
+ * is `own` there. */
+struct api_param_name {
+    const char *openai, *own;
+};
+
+/* e->param by the first entry of names[0 .. n) that matches, and the message's
+ * quoted mentions of it ('max_tokens') likewise; nothing when none matches. */
+void api_err_rename(struct api_err *e, const struct api_param_name *names, size_t n);
+
+/* e->param set to `param`, the message's quoted mentions of the old one renamed. */
+void api_err_set_param(struct api_err *e, const char *param);
 
 /* Fill `e` with a device fault: DEVICE_FAULT when d->unrecovered, else
  * DEVICE_RESET, and the message saying what failed where ("The xrt device failed

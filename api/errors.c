@@ -74,6 +74,47 @@ int api_refuse(struct api_err *e, enum api_error kind, const char *param, const 
     return -EINVAL;
 }
 
+void api_err_set_param(struct api_err *e, const char *param)
+{
+    if (!param || strcmp(param, e->param) == 0)
+        return;
+    char q[API_ERR_PARAM_SIZE + 2], r[API_ERR_PARAM_SIZE + 2];
+    snprintf(q, sizeof q, "'%s'", e->param);
+    snprintf(r, sizeof r, "'%s'", param);
+    size_t nq = strlen(q), nr = strlen(r);
+    char out[API_ERR_MESSAGE_SIZE];
+    size_t o = 0;
+    for (const char *p = e->message; *p && o + 1 < sizeof out;) {
+        if (e->param[0] && strncmp(p, q, nq) == 0 && o + nr < sizeof out) {
+            memcpy(out + o, r, nr);
+            o += nr;
+            p += nq;
+        } else {
+            out[o++] = *p++;
+        }
+    }
+    out[o] = '\0';
+    utf8_trim_tail(out);
+    memcpy(e->message, out, o + 1);
+    snprintf(e->param, sizeof e->param, "%s", param);
+    utf8_trim_tail(e->param);
+}
+
+void api_err_rename(struct api_err *e, const struct api_param_name *names, size_t n)
+{
+    for (size_t i = 0; i < n && e->param[0]; i++) {
+        size_t k = strlen(names[i].openai);
+        const char *rest = e->param + k;
+        if (strncmp(e->param, names[i].openai, k) == 0 &&
+            (*rest == '\0' || *rest == '[' || *rest == '.')) {
+            char p[API_ERR_PARAM_SIZE];
+            snprintf(p, sizeof p, "%s%s", names[i].own, rest);
+            api_err_set_param(e, p);
+            return;
+        }
+    }
+}
+
 static void appendf(char *buf, size_t size, size_t *at, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void appendf(char *buf, size_t size, size_t *at, const char *fmt, ...)

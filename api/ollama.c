@@ -4,7 +4,6 @@
 
 #include "api/json-util.h"
 #include "api/chat-resp.h"
-#include "util/utf8.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -219,11 +218,8 @@ int api_ollama_translate(const json_t *body, bool generate, enum api_ollama_kind
 
 /* ---- errors ------------------------------------------------------------------------- */
 
-/* The translated body's names back to the ones the Ollama client sent: a field is
- * the entry's OpenAI name, alone or followed by '[' or '.'. */
-static const struct {
-    const char *openai, *ollama;
-} param_names[] = {
+/* The translated body's names back to the ones the Ollama client sent. */
+static const struct api_param_name param_names[] = {
     {"repetition_penalty", "options.repeat_penalty"},
     {"max_tokens", "options.num_predict"},
     {"temperature", "options.temperature"},
@@ -238,80 +234,45 @@ static const struct {
     {"reasoning_effort", "think"},
 };
 
-/* The message fields map_message() renamed. */
-static const struct {
-    const char *openai, *ollama;
-} message_fields[] = {
+/* The message fields map_message() renamed, after "messages[i]". */
+static const struct api_param_name message_fields[] = {
     {".reasoning_content", ".thinking"},
     {".name", ".tool_name"},
 };
 
 void api_ollama_param(const char *param, char *out, size_t size)
 {
-    snprintf(out, size, "%s", param ? param : "");
-    if (!param || !param[0])
+    struct api_err e = {.error = API_ERR_BAD_REQUEST};
+    snprintf(e.param, sizeof e.param, "%s", param ? param : "");
+    api_err_rename(&e, param_names, sizeof param_names / sizeof *param_names);
+    const char *close = strncmp(e.param, "messages[", 9) == 0 ? strchr(e.param, ']') : NULL;
+    if (close) {   /* messages[i].reasoning_content -> messages[i].thinking, … */
+        size_t head = (size_t)(close + 1 - e.param);
+        struct api_err f = {.error = API_ERR_BAD_REQUEST};
+        snprintf(f.param, sizeof f.param, "%s", e.param + head);
+        api_err_rename(&f, message_fields, sizeof message_fields / sizeof *message_fields);
+        snprintf(out, size, "%.*s%s", (int)head, e.param, f.param);
         return;
-    for (size_t i = 0; i < sizeof param_names / sizeof *param_names; i++) {
-        size_t n = strlen(param_names[i].openai);
-        if (strncmp(param, param_names[i].openai, n) == 0 &&
-            (param[n] == '\0' || param[n] == '[' || param[n] == '.')) {
-            snprintf(out, size, "%s%s", param_names[i].ollama, param + n);
-            return;
-        }
     }
-    /* messages[i].reasoning_content -> messages[i].thinking, … */
-    const char *close = strncmp(param, "messages[", 9) == 0 ? strchr(param, ']') : NULL;
-    for (size_t i = 0; close && i < sizeof message_fields / sizeof *message_fields; i++) {
-        size_t n = strlen(message_fields[i].openai);
-        const char *rest = close + 1;
-        if (strncmp(rest, message_fields[i].openai, n) == 0 &&
-            (rest[n] == '\0' || rest[n] == '[' || rest[n] == '.')) {
-            snprintf(out, size, "%.*s%s%s", (int)(rest - param), param,
-                     message_fields[i].ollama, rest + n);
-            return;
-        }
-    }
+    snprintf(out, size, "%s", e.param);
 }
 
-/* `msg` with each quoted 'from' as 'to' (the checks quote the field they name). */
-static void rename_quoted(char *msg, size_t size, const char *from, const char *to)
-{
-    char q[API_ERR_PARAM_SIZE + 2], r[API_ERR_PARAM_SIZE + 2];
-    snprintf(q, sizeof q, "'%s'", from);
-    snprintf(r, sizeof r, "'%s'", to);
-    size_t nq = strlen(q), nr = strlen(r);
-    char out[API_ERR_MESSAGE_SIZE];
-    size_t o = 0;
-    for (const char *p = msg; *p && o + 1 < sizeof out;) {
-        if (strncmp(p, q, nq) == 0 && o + nr < sizeof out) {
-            memcpy(out + o, r, nr);
-            o += nr;
-            p += nq;
-        } else {
-            out[o++] = *p++;
-        }
-    }
-    out[o] = '\0';
-    snprintf(msg, size, "%s", out);
-    msg[ut_utf8_whole_len(msg)] = '\0';
-}
-
-char *api_ollama_err_body(const struct api_err *e)
-{
-    char msg[API_ERR_MESSAGE_SIZE], param[API_ERR_PARAM_SIZE];
-    snprintf(msg, sizeof msg, "%s", e->message);
-    api_ollama_param(e->param, param, sizeof param);
-    if (strcmp(param, e->param) != 0)
-        rename_quoted(msg, sizeof msg, e->param, param);
-    return api_ollama_error(msg);
-}
-
-char *api_ollama_error(const char *message)
+/* {"error":"<message>"}. */
+static char *error_body(const char *message)
 {
     json_t *m = json_string(message ? message : "error");
     if (!m)
         m = json_string("(message contained invalid UTF-8)");
     return api_json_dump(json_pack("{s:o}", "error", m), NULL);
+}
+
+char *api_ollama_err_body(const struct api_err *e)
+{
+    struct api_err o = *e;
+    char param[API_ERR_PARAM_SIZE];
+    api_ollama_param(e->param, param, sizeof param);
+    api_err_set_param(&o, param);
+    return error_body(o.message);
 }
 
 /* ---- answers ------------------------------------------------------------------------ */
@@ -347,6 +308,9 @@ static json_t *head(const struct ofmt *f)
     return json_pack("{s:s, s:o}", "model", f->model, "created_at", now());
 }
 
+/* A tool call's arguments as the object Ollama sends. The text is the model's
+ * output (the engine's parser found the call in it), not JSON api/ made, so it is
+ * parsed here; text that is not an object becomes {}. */
 static json_t *arguments(const char *s)
 {
     json_t *a = s ? json_loads(s, 0, NULL) : NULL;

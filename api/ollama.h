@@ -56,8 +56,6 @@ int api_ollama_translate(const json_t *body, bool generate, enum api_ollama_kind
  * 'options.num_predict'. malloc'd; NULL when out of memory. The status is
  * api_err_status(e). */
 char *api_ollama_err_body(const struct api_err *e);
-/* {"error":"<message>"} from a message. */
-char *api_ollama_error(const char *message);
 /* A field of the translated OpenAI body (`param`, api_err's) by the name the Ollama
  * body gave it: "max_tokens" -> "options.num_predict", "stop[1]" ->
  * "options.stop[1]", "messages[2].reasoning_content" -> "messages[2].thinking";

@@ -526,11 +526,26 @@ static char *r_body(void *ctx, const struct api_chat_ident *ci, const struct api
     return api_json_dump(o, NULL);
 }
 
+/* The translated chat body's names back to the Responses request's. */
+static const struct api_param_name param_names[] = {
+    {"max_completion_tokens", "max_output_tokens"},
+    {"response_format", "text.format"},
+    {"reasoning_effort", "reasoning.effort"},
+};
+
+void api_responses_err_names(struct api_err *e)
+{
+    api_err_rename(e, param_names, sizeof param_names / sizeof *param_names);
+}
+
 /* A stream's failure is the documented `error` event (code, message, param); a
  * whole answer's is OpenAI's error object, as every /v1 route's. */
-static char *r_error(void *ctx, const struct api_err *e, bool stream)
+static char *r_error(void *ctx, const struct api_err *failure, bool stream)
 {
     struct rfmt *f = ctx;
+    struct api_err named = *failure;
+    const struct api_err *e = &named;
+    api_responses_err_names(&named);
     if (!stream)
         return api_err_body(e);
     json_t *o = api_err_json(e);

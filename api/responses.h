@@ -39,6 +39,12 @@
 int api_responses_translate(const json_t *body, json_t **chat, json_t **echo,
                             struct api_err *bad);
 
+/* `e` (a refusal of the translated chat body) by the Responses request's names:
+ * max_completion_tokens is max_output_tokens, response_format text.format,
+ * reasoning_effort reasoning.effort, in `param` and quoted in the message. The
+ * framing's errors are renamed so already. */
+void api_responses_err_names(struct api_err *e);
+
 /* The Response framing of one request; `echo` is referenced. NULL when out of
  * memory; free with api_responses_format_free(format->ctx). */
 struct api_chat_format *api_responses_format_new(json_t *echo);

@@ -20,7 +20,8 @@
  * each with its own run whose ident carries index i. A stream interleaves their
  * chunks as they come and ends, after every choice's final chunk, with one usage
  * chunk (the prompt once, completions summed, as OpenAI counts) and [DONE]; a
- * non-stream answer merges the n bodies (api_chat_completion_merge). The first
+ * non-stream answer is one result of the n choices (api_chat_result's others),
+ * rendered once. The first
  * choice that fails answers for the request and cancels the others. The worker
  * shares the prompt's KV between them (engine/worker/sched.c). */
 #include "api/chat-req.h"
@@ -53,7 +54,7 @@ struct choice {
     struct api_chat_ident ident;    /* the chat's, with this choice's index */
     struct api_chat_format fmt;     /* n > 1: api_chat_choice_format */
     struct api_usage usage;         /* n > 1: what its stream's end reported */
-    char *body;                     /* n > 1, non-stream: its answer */
+    const struct api_chat_result *result;   /* n > 1, non-stream: its run's */
     bool submitted, final_seen;
 };
 
@@ -91,7 +92,6 @@ static void chat_free(struct chat *c)
     for (int i = 0; i < UT_MAX_CHOICES; i++) {
         api_chat_run_free(c->ch[i].run);
         eng_gen_req_free(c->ch[i].greq);
-        free(c->ch[i].body);
     }
     if (c->surf.free_ctx && c->surf.format)
         c->surf.free_ctx(c->surf.format->ctx);
@@ -212,8 +212,7 @@ static void choice_frame(void *ctx, char *frame)
     stream_put(ch->c, frame);
 }
 
-/* n > 1: a choice's answer: the first failure answers for the request; else the
- * bodies are merged once every choice has one. */
+/* n > 1: a choice's failure answers for the request. */
 static void choice_answer(void *ctx, int status, char *body, const char *retry_after)
 {
     struct choice *ch = ctx;
@@ -222,29 +221,37 @@ static void choice_answer(void *ctx, int status, char *body, const char *retry_a
         free(body);
         return;
     }
-    if (status != 200 || !body) {
-        c->failed = true;
-        cancel_all(c);
-        sink_answer(c, status, body, retry_after);
+    c->failed = true;
+    cancel_all(c);
+    sink_answer(c, status, body, retry_after);
+}
+
+/* n > 1, non-stream: once every choice has its result, one answer renders them all
+ * (the first's timings, usage as OpenAI counts it). */
+static void choice_result(void *ctx, const struct api_chat_result *r)
+{
+    struct choice *ch = ctx;
+    struct chat *c = ch->c;
+    ch->result = r;
+    if (c->failed || !c->req || ++c->n_answered < c->n)
         return;
+    struct api_chat_result all = *c->ch[0].result;
+    struct api_chat_result others[UT_MAX_CHOICES];
+    for (int i = 1; i < c->n; i++) {
+        others[i - 1] = *c->ch[i].result;
+        api_usage_add_choice(&all.usage, &c->ch[i].result->usage);
     }
-    ch->body = body;
-    if (++c->n_answered < c->n)
-        return;
-    char *bodies[UT_MAX_CHOICES];
-    for (int i = 0; i < c->n; i++)
-        bodies[i] = c->ch[i].body;
-    sink_answer(c, 200, api_chat_completion_merge(bodies, c->n), NULL);
+    all.others = others;
+    all.n_others = (size_t)c->n - 1;
+    sink_answer(c, 200, api_chat_completion_body(&c->ident, &all), NULL);
 }
 
 /* n > 1: every choice ended well: one usage chunk for them all, then [DONE]. */
 static void stream_tail(struct chat *c)
 {
     struct api_usage u = c->ch[0].usage;
-    for (int i = 1; i < c->n; i++) {
-        u.completion_tokens += c->ch[i].usage.completion_tokens;
-        u.reasoning_tokens += c->ch[i].usage.reasoning_tokens;
-    }
+    for (int i = 1; i < c->n; i++)
+        api_usage_add_choice(&u, &c->ch[i].usage);
     stream_put(c, api_chat_stream_tail(&c->ident, &u));
 }
 
@@ -397,7 +404,7 @@ static void submit(struct chat *c)
 {
     struct srv_app *app = c->app;
     const struct api_chat_req *r = c->creq;
-    struct api_chat_sink sink = {sink_frame, sink_answer, c, c->surf.format};
+    struct api_chat_sink sink = {sink_frame, sink_answer, NULL, c, c->surf.format};
     int32_t n_prompt = (int32_t)c->prompt.n_ids;
     int n_ctx = eng_engine_n_ctx(app->eng);
     int32_t budget = api_chat_req_budget(r, n_prompt, n_ctx);
@@ -434,7 +441,8 @@ static void submit(struct chat *c)
         struct api_chat_sink cs = sink;
         if (c->n > 1) {
             ch->fmt = api_chat_choice_format(&ch->usage);
-            cs = (struct api_chat_sink){choice_frame, choice_answer, ch, &ch->fmt};
+            cs = (struct api_chat_sink){choice_frame, choice_answer, choice_result, ch,
+                                        &ch->fmt};
         }
         ch->run = api_chat_run_new(r, &ch->ident, eng_engine_tokenizer(app->eng),
                                    c->prompt.thinking == ENG_THINKING_ON, &cs);

@@ -312,6 +312,7 @@ int srv_h_responses(srv_request *req, struct srv_response *resp)
     json_decref(echo);   /* the format holds its own reference */
     if (rc != 0) {
         api_chat_req_free(creq);
+        api_responses_err_names(&bad);
         srv_response_err(resp, &bad);
         return 0;
     }

@@ -283,6 +283,15 @@ MCD_TEST(api_err, each_surface_frames_it)
     o = parse_str(api_chat_format_error(rf, &e, false));
     cr_assert_str_eq(sget(json_object_get(o, "error"), "param"), "max_tokens");
     json_decref(o);
+    /* … by the Responses request's names (max_output_tokens became this) */
+    struct api_err m;
+    api_refuse(&m, API_ERR_BAD_REQUEST, "max_completion_tokens",
+               "Invalid 'max_completion_tokens': integer below minimum value.");
+    o = parse_str(api_chat_format_error(rf, &m, false));
+    cr_assert_str_eq(sget(json_object_get(o, "error"), "param"), "max_output_tokens");
+    cr_assert_str_eq(sget(json_object_get(o, "error"), "message"),
+                     "Invalid 'max_output_tokens': integer below minimum value.");
+    json_decref(o);
     api_responses_format_free(rf->ctx);
 
     /* Ollama: {"error":…}, one NDJSON line in a stream, its own field names */

@@ -123,41 +123,42 @@ MCD_TEST(chat_resp, completion_minimal)
     json_decref(o);
 }
 
-/* n > 1: the choices' bodies merge into one answer, usage counted as OpenAI does. */
-MCD_TEST(chat_resp, choices_merge_with_summed_usage)
+/* n > 1: one result holds every choice and renders once, usage counted as OpenAI
+ * does. */
+MCD_TEST(chat_resp, choices_render_once_with_summed_usage)
 {
     struct api_chat_ident ci;
     api_chat_ident_init(&ci, "m", "0.1.0", "cpu", true);
-    char *bodies[3];
     const int completion[3] = {5, 7, 2}, reasoning[3] = {1, 0, 2};
-    for (int i = 0; i < 3; i++) {
-        ci.index = i;
-        struct api_chat_result res = {.finish = API_FINISH_LENGTH, .reasoning = "",
-                                      .usage = {12, completion[i], reasoning[i], 4}};
-        bodies[i] = api_chat_completion_body(&ci, &res);
-        cr_assert_not_null(bodies[i]);
-    }
-    char *s = api_chat_completion_merge(bodies, 3);
-    cr_assert_not_null(s);
-    json_t *o = json_loads(s, 0, NULL);
-    cr_assert_not_null(o, "%s", s);
+    static const char *const text[3] = {"a", "b", "c"};
+    struct api_chat_result res[3];
+    for (int i = 0; i < 3; i++)
+        res[i] = (struct api_chat_result){.finish = API_FINISH_LENGTH, .content = text[i],
+                                          .usage = {12, completion[i], reasoning[i], 4}};
+    struct api_timings t = {.predicted_n = 5, .predicted_ms = 10};
+    struct api_chat_result all = res[0];
+    all.timings = &t;
+    all.others = &res[1];
+    all.n_others = 2;
+    for (int i = 1; i < 3; i++)
+        api_usage_add_choice(&all.usage, &res[i].usage);
+    json_t *o = parse_str(api_chat_completion_body(&ci, &all));
     json_t *choices = json_object_get(o, "choices");
     cr_assert_eq(json_array_size(choices), 3);
-    for (int i = 0; i < 3; i++)
-        cr_assert_eq(iget(json_array_get(choices, (size_t)i), "index"), i);
+    for (int i = 0; i < 3; i++) {
+        json_t *c = json_array_get(choices, (size_t)i);
+        cr_assert_eq(iget(c, "index"), i);
+        cr_assert_str_eq(sget(json_object_get(c, "message"), "content"), text[i]);
+        cr_assert_str_eq(sget(c, "finish_reason"), "length");
+    }
     json_t *u = json_object_get(o, "usage");
     cr_assert_eq(iget(u, "prompt_tokens"), 12, "the prompt once");
     cr_assert_eq(iget(u, "completion_tokens"), 14);
     cr_assert_eq(iget(u, "total_tokens"), 26);
     cr_assert_eq(iget(json_object_get(u, "completion_tokens_details"), "reasoning_tokens"), 3);
     cr_assert_eq(iget(json_object_get(u, "prompt_tokens_details"), "cached_tokens"), 4);
+    cr_assert_eq(iget(json_object_get(o, "timings"), "predicted_n"), 5, "the first's timings");
     json_decref(o);
-    free(s);
-    /* a body that is not one: NULL, nothing half-merged */
-    char *junk = bodies[1];
-    bodies[1] = (char *)"{\"choices\":[]}";
-    cr_assert_null(api_chat_completion_merge(bodies, 3));
-    bodies[1] = junk;
     /* the stream's tail: the usage chunk, then [DONE] */
     struct api_usage sum = {12, 14, 3, 4};
     char *tail = api_chat_stream_tail(&ci, &sum);
@@ -167,8 +168,6 @@ MCD_TEST(chat_resp, choices_merge_with_summed_usage)
     size_t n = strlen(tail);
     cr_assert(n > strlen(API_SSE_DONE) && strcmp(tail + n - strlen(API_SSE_DONE), API_SSE_DONE) == 0);
     free(tail);
-    for (int i = 0; i < 3; i++)
-        free(bodies[i]);
 }
 
 MCD_TEST(chat_resp, tool_calls)

@@ -134,3 +134,21 @@ MCD_TEST(utf8, a_stream_reads_as_the_whole)
     ut_buf_free(&b);
     free(want);
 }
+
+/* Cutting at a character and counting characters begun, the two byte-level helpers
+ * the API and the tokenizer use (a cut must never split "€", a character split
+ * across two pieces counts once). */
+MCD_TEST(utf8, char_start_and_count_starts)
+{
+    const char *s = "a\xE2\x82\xAC" "b\xF0\x9F\x98\x80";   /* a € b 😀 */
+    cr_assert_eq(ut_utf8_char_start(s, 0), 0);
+    cr_assert_eq(ut_utf8_char_start(s, 1), 1);
+    cr_assert_eq(ut_utf8_char_start(s, 2), 1);
+    cr_assert_eq(ut_utf8_char_start(s, 3), 1);
+    cr_assert_eq(ut_utf8_char_start(s, 4), 4);
+    cr_assert_eq(ut_utf8_char_start(s, 8), 5);
+    cr_assert_eq(ut_utf8_count_starts(s, strlen(s)), 4);
+    cr_assert_eq(ut_utf8_count_starts(s, 2) + ut_utf8_count_starts(s + 2, 3), 3,
+                 "a, € cut in two, b: € counts once");
+    cr_assert_eq(ut_utf8_count_starts("", 0), 0);
+}

@@ -139,6 +139,21 @@ size_t ut_utf8_whole_len(const char *s)
     return ut_utf8_decode(s + i - 1, n - (i - 1), NULL) == 0 ? i - 1 : n;
 }
 
+size_t ut_utf8_char_start(const char *s, size_t i)
+{
+    while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80)
+        i--;
+    return i;
+}
+
+size_t ut_utf8_count_starts(const char *s, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return k;
+}
+
 int ut_utf8_stream_feed(struct ut_utf8_stream *st, ut_buf *out, const char *s, size_t n)
 {
     size_t i = 0;

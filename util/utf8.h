@@ -53,6 +53,16 @@ int ut_utf8_repair(ut_buf *out, const char *s, size_t n, bool hold, size_t *held
  * incomplete sequence at the end. */
 size_t ut_utf8_whole_len(const char *s);
 
+/* Where the character that holds byte i of s begins: i stepped back over
+ * continuation bytes (10xxxxxx), to 0 at most. Over valid UTF-8 it is the cut at
+ * or before i that keeps whole characters. */
+size_t ut_utf8_char_start(const char *s, size_t i);
+
+/* Characters begun in s[0 .. n): the bytes that are not continuation bytes, so a
+ * character cut across two pieces of a stream counts once, in the piece that
+ * starts it (a text offset in characters). Over valid UTF-8, its code points. */
+size_t ut_utf8_count_starts(const char *s, size_t n);
+
 /* A decoder over a stream that arrives in pieces cut anywhere: a character split
  * between two pieces is joined, and what is left incomplete when the stream ends
  * is one U+FFFD. Zero-initialise it. */

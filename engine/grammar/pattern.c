@@ -17,6 +17,7 @@
  * literal holds are written as their JSON escapes (emit_set). In raw mode (tool-call
  * XML) '<', '&' and newlines are left out of classes and refused as literals. */
 #include "engine/grammar/schema-impl.h"
+#include "util/utf8.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -394,18 +395,9 @@ static int escape(struct rx *r, bool in_class, uint32_t *cp, struct cpset *set)
  * valid UTF-8; checked anyway). */
 static int utf8_char(struct rx *r, uint32_t *cp)
 {
-    const unsigned char *s = (const unsigned char *)r->p;
-    size_t n = s[0] < 0x80 ? 1 : (s[0] & 0xE0) == 0xC0 ? 2 : (s[0] & 0xF0) == 0xE0 ? 3
-               : (s[0] & 0xF8) == 0xF0 ? 4 : 0;
-    if (!n)
+    int n = ut_utf8_decode(r->p, strnlen(r->p, 4), cp);
+    if (n <= 0)
         return bad(r, "invalid UTF-8");
-    uint32_t v = n == 1 ? s[0] : n == 2 ? s[0] & 0x1Fu : n == 3 ? s[0] & 0x0Fu : s[0] & 0x07u;
-    for (size_t i = 1; i < n; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return bad(r, "invalid UTF-8");
-        v = v << 6 | (s[i] & 0x3Fu);
-    }
-    *cp = v;
     r->p += n;
     return 0;
 }
@@ -477,15 +469,10 @@ static int literal(struct rx *r, uint32_t cp)
         return emit_set(r, &s, "a character");
     }
     char u[4];
-    size_t n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
-    if (n == 1) {
-        u[0] = (char)cp;
-    } else {
-        for (size_t i = n - 1; i > 0; i--, cp >>= 6)
-            u[i] = (char)(0x80 | (cp & 0x3F));
-        u[0] = (char)((n == 2 ? 0xC0 : n == 3 ? 0xE0 : 0xF0) | cp);
-    }
-    sc_lit(r->b, u, n);
+    int n = ut_utf8_encode(cp, u);
+    if (n == 0)
+        return bad(r, "a code point that has no UTF-8 form");
+    sc_lit(r->b, u, (size_t)n);
     return 0;
 }
 

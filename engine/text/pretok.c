@@ -5,6 +5,7 @@
  * tokenizer of transformers.js), which itself mirrors the Rust `tokenizers` crate.
  * Where the two differ, the comment says which one is followed and why. */
 #include "engine/text/tok-impl.h"
+#include "util/utf8.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -111,8 +112,8 @@ static int norm_one(const struct tok_norm *n, const char *s, size_t len, ut_buf 
         for (size_t i = 0; i < len;) {
             int32_t cp;
             i += (size_t)eng__utf8_next(s + i, len - i, &cp);
-            utf8proc_uint8_t u[4];
-            utf8proc_ssize_t k = utf8proc_encode_char(utf8proc_tolower(cp), u);
+            char u[4];
+            int k = cp < 0 ? 0 : ut_utf8_encode((uint32_t)utf8proc_tolower(cp), u);
             if (ut_buf_add(out, u, (size_t)k))
                 return -ENOMEM;
         }

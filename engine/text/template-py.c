@@ -7,6 +7,7 @@
  * here from CPython's rules: float_repr_style 'short', unicode_repr() and
  * json.encoder.py_encode_basestring(). */
 #include "engine/text/template-impl.h"
+#include "util/utf8.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -139,9 +140,8 @@ static void py_repr_str(ut_buf *b, const char *s, size_t n)
             }
             continue;
         }
-        utf8proc_int32_t cp;
-        utf8proc_ssize_t len = utf8proc_iterate((const utf8proc_uint8_t *)s + i,
-                                                (utf8proc_ssize_t)(n - i), &cp);
+        uint32_t cp;
+        int len = ut_utf8_decode(s + i, n - i, &cp);
         if (len <= 0) { /* not UTF-8: jansson never gives us this; pass it through */
             ut_buf_addc(b, (char)c);
             i++;

@@ -13,6 +13,7 @@
  * Jinja2 would raise instead of rendering. */
 #include "engine/template.h"
 #include "engine/text/template-impl.h"
+#include "util/utf8.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -86,21 +87,14 @@ static struct str str_rstrip_nl(struct str s)
  * U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000. */
 static size_t py_space(const char *s, size_t n)
 {
-    const unsigned char *p = (const unsigned char *)s;
-    if (n >= 1 && ((p[0] >= 0x09 && p[0] <= 0x0D) || (p[0] >= 0x1C && p[0] <= 0x20)))
-        return 1;
-    if (n >= 2 && p[0] == 0xC2 && (p[1] == 0x85 || p[1] == 0xA0))
-        return 2;
-    if (n >= 3 && p[0] == 0xE1 && p[1] == 0x9A && p[2] == 0x80)
-        return 3;
-    if (n >= 3 && p[0] == 0xE2 && p[1] == 0x80 &&
-        (p[2] <= 0x8A || p[2] == 0xA8 || p[2] == 0xA9 || p[2] == 0xAF))
-        return 3;
-    if (n >= 3 && p[0] == 0xE2 && p[1] == 0x81 && p[2] == 0x9F)
-        return 3;
-    if (n >= 3 && p[0] == 0xE3 && p[1] == 0x80 && p[2] == 0x80)
-        return 3;
-    return 0;
+    uint32_t cp;
+    int k = n ? ut_utf8_decode(s, n, &cp) : 0;
+    if (k <= 0)
+        return 0;
+    bool space = (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 ||
+                 cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) ||
+                 cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+    return space ? (size_t)k : 0;
 }
 
 /* Python's s.strip() (no argument: Unicode whitespace). */
@@ -110,9 +104,7 @@ static struct str str_py_strip(struct str s)
     while (s.n && (k = py_space(s.p, s.n)))
         s.p += k, s.n -= k;
     while (s.n) {
-        size_t start = s.n - 1;   /* the last character's first byte */
-        while (start > 0 && ((unsigned char)s.p[start] & 0xC0) == 0x80)
-            start--;
+        size_t start = ut_utf8_char_start(s.p, s.n - 1);   /* the last character's */
         if (py_space(s.p + start, s.n - start) != s.n - start)
             break;
         s.n = start;

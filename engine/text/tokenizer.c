@@ -15,6 +15,7 @@
  * are always matched, as the reference always does. `single_word` is honoured the Rust
  * way (no word character may touch the match); tokenizers.js ignores it. */
 #include "engine/text/tok-impl.h"
+#include "util/utf8.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -97,9 +98,7 @@ static bool is_word_char(int32_t cp)
 static bool single_word_ok(const char *t, size_t n, size_t a, size_t b)
 {
     if (a > 0) {
-        size_t p = a - 1;
-        while (p > 0 && ((unsigned char)t[p] & 0xC0) == 0x80)
-            p--;
+        size_t p = ut_utf8_char_start(t, a - 1);
         int32_t cp;
         eng__utf8_next(t + p, a - p, &cp);
         if (is_word_char(cp))
@@ -208,9 +207,7 @@ static int split_added(const struct tok_matcher *m, const char *t, size_t n, boo
         if (tk->lstrip && k > 0 && !out->v[k - 1].tok) {
             struct section *p = &out->v[k - 1];
             while (p->len > 0) {
-                size_t q = p->off + p->len - 1;
-                while (q > p->off && ((unsigned char)t[q] & 0xC0) == 0x80)
-                    q--;
+                size_t q = p->off + ut_utf8_char_start(t + p->off, p->len - 1);
                 int32_t cp;
                 eng__utf8_next(t + q, p->off + p->len - q, &cp);
                 if (!eng__js_space(cp))

@@ -122,7 +122,17 @@ if (scenario === 'list_show') {
   let err;
   try { await ollama.generate({ model, prompt: 'x', images: ['aGVsbG8='], stream: false }); } catch (e) { err = e; }
   check(err && err.status_code === 400 && /images/.test(err.error), `images refused: ${err}`);
-  console.log('ok: generate, streamed, system, raw, preload, format json, images refused');
+  // A refused option is named as the client sent it, not by the OpenAI field it
+  // maps to (repetition_penalty, max_tokens).
+  for (const [opts, name] of [[{ repeat_penalty: -1 }, 'options.repeat_penalty'],
+                              [{ num_predict: 'x' }, 'options.num_predict'],
+                              [{ stop: [1] }, 'options.stop[0]']]) {
+    err = undefined;
+    try { await ollama.generate({ model, prompt: 'x', stream: false, options: opts }); } catch (e) { err = e; }
+    check(err && err.status_code === 400 && err.error.includes(`'${name}'`) &&
+          !/repetition_penalty|max_tokens|'stop/.test(err.error), `${J(opts)} refused: ${err?.error}`);
+  }
+  console.log('ok: generate, streamed, system, raw, preload, format json, images and bad options refused');
 } else {
   console.error('unknown scenario ' + scenario);
   process.exit(2);

@@ -132,7 +132,10 @@ if (scenario === 'nonstream') {
   for (const [params, param] of [[{ previous_response_id: 'resp_x' }, 'previous_response_id'],
                                  [{ tools: [{ type: 'web_search' }] }, 'tools[0].type'],
                                  [{ input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'x' }] }] }, 'input[0].content[0].type'],
-                                 [{ text: { format: { type: 'xml' } } }, 'text.format.type']]) {
+                                 [{ text: { format: { type: 'xml' } } }, 'text.format.type'],
+                                 // refused by the chat checks, named as the client sent them
+                                 [{ max_output_tokens: 0 }, 'max_output_tokens'],
+                                 [{ reasoning: { effort: 'extreme' } }, 'reasoning.effort']]) {
     let err;
     try {
       await client.responses.create({ ...base, input: 'hi', ...params });
@@ -141,6 +144,7 @@ if (scenario === 'nonstream') {
     }
     check(err instanceof OpenAI.BadRequestError && err.param === param, `${J(params)}: ${err?.constructor?.name} ${err?.param}`);
     if (param === 'previous_response_id') check(/stateless/.test(err.message), `says so: ${err.message}`);
+    check(!/max_completion_tokens|reasoning_effort/.test(err?.message), `named as sent: ${err?.message}`);
   }
   console.log('ok: previous_response_id, other tool types, images, unknown formats: BadRequestError');
 } else {

@@ -10,6 +10,7 @@
  * BPE merge of two existing tokens, so Hugging Face tokenizers and ours agree. */
 #include "engine/err.h"
 #include "tools/pack/gen.h"
+#include "util/utf8.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -84,13 +85,7 @@ static size_t bytelevel(const unsigned char *raw, size_t len, char *out)
 {
     size_t o = 0;
     for (size_t i = 0; i < len; i++) {
-        unsigned cp = byte_cp[raw[i]];
-        if (cp < 0x80) {
-            out[o++] = (char)cp;
-        } else {
-            out[o++] = (char)(0xC0 | (cp >> 6));
-            out[o++] = (char)(0x80 | (cp & 0x3F));
-        }
+        o += (size_t)ut_utf8_encode(byte_cp[raw[i]], out + o);   /* 1 or 2 bytes */
     }
     out[o] = '\0';
     return o;
