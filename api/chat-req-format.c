@@ -12,6 +12,10 @@
  *    schema; it wins over response_format, which then shapes nothing (a tool call is
  *    the answer). "auto" and "none" are unconstrained.
  *  - grammar: GBNF text (llama.cpp's server field), exclusive with response_format.
+ *  - llama.cpp's two schema extensions, enforced as json_schema is (never accepted
+ *    and ignored): a top-level `json_schema` (a schema object; exclusive with
+ *    `grammar` and a JSON response_format), and a `schema` inside
+ *    {"type":"json_object"} (the schema instead of any object).
  * Other surfaces (/v1/responses' text.format, Ollama's format) set the same
  * response_format object and get the same grammar. */
 #include "api/json-util.h"
@@ -53,8 +57,12 @@ static int check_response_format(const json_t *rf, struct api_chat_req *r,
     if (api__str_is(type, "text"))
         return 0;
     if (api__str_is(type, "json_object")) {
+        const json_t *schema = api__opt(rf, "schema");   /* llama.cpp's extension */
+        if (schema && !json_is_object(schema))
+            return api__wrong_type(bad, "response_format.schema", "an object", schema);
         r->response_format = API_FORMAT_JSON_OBJECT;
-        set_source(r, API_GRAM_SCHEMA, NULL, "response_format");
+        set_source(r, API_GRAM_SCHEMA, schema, schema ? "response_format.schema"
+                                                      : "response_format");
         return 0;
     }
     if (!api__str_is(type, "json_schema"))
@@ -110,14 +118,25 @@ int api__check_format(const json_t *body, const json_t *tools, struct api_chat_r
     r->parallel_tool_calls = parallel;
     const json_t *rf = api__opt(body, "response_format");
     const json_t *gr = api__opt(body, "grammar");
+    const json_t *js = api__opt(body, "json_schema");   /* llama.cpp's field */
     int rc = 0;
     if (gr && !json_is_string(gr))
         return api__wrong_type(bad, "grammar", "a string", gr);
-    if (gr && rf && !api__str_is(json_object_get(rf, "type"), "text"))
+    if (js && !json_is_object(js))
+        return api__wrong_type(bad, "json_schema", "an object (a JSON Schema)", js);
+    bool json_rf = rf && !api__str_is(json_object_get(rf, "type"), "text");
+    if (gr && json_rf)
         return api__refuse(bad, "grammar", "Invalid 'grammar': it cannot be combined with a "
                                            "JSON 'response_format'.");
+    if (js && (gr || json_rf))
+        return api__refuse(bad, "json_schema", "Invalid 'json_schema': it cannot be combined "
+                                               "with '%s'.", gr ? "grammar" : "response_format");
     if (rf && (rc = check_response_format(rf, r, bad)))
         return rc;
+    if (js) {
+        r->response_format = API_FORMAT_JSON_SCHEMA;
+        set_source(r, API_GRAM_SCHEMA, js, "json_schema");
+    }
     if (r->tool_choice == API_TOOL_CHOICE_REQUIRED || r->tool_choice == API_TOOL_CHOICE_FUNCTION) {
         set_source(r, API_GRAM_TOOLS, tools, "tools");
         r->gsrc_.max_calls = parallel ? 0 : 1;

@@ -107,6 +107,8 @@ struct api_chat_req {
 
     bool logprobs;
     int top_logprobs;           /* 0..20; 0 unless logprobs */
+    bool prompt_logprobs;       /* completions' echo with logprobs: the prompt scored */
+    bool prompt_only;           /* completions' echo with max_tokens 0: no generation */
 
     enum api_tool_choice tool_choice;
     const char *tool_choice_name;   /* API_TOOL_CHOICE_FUNCTION: the function's name */

@@ -64,6 +64,8 @@ struct api_tool_call {
     const char *id;             /* "call_…" (api_tool_call_id); NULL: one is made */
     const char *name;
     const char *arguments;      /* a JSON object as a string, e.g. {"city":"Paris"} */
+    bool cut;                   /* max_tokens (or the output's end) cut it: arguments are
+                                   the JSON text so far, left open (docs/api.md) */
 };
 
 /* One generated token for `logprobs`. Token texts are the token's bytes, which
@@ -156,6 +158,7 @@ struct api_tool_call_delta {
     const char *id;             /* first delta: "call_…" (NULL: one is made); later: NULL */
     const char *name;           /* first delta; later: NULL */
     const char *arguments;      /* argument JSON text, or a piece of it; NULL = "" */
+    bool cut;                   /* the call was cut (api_tool_call.cut) */
 };
 
 struct api_chat_delta {

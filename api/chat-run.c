@@ -10,6 +10,7 @@
 #include "util/utf8.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 struct tool {
     char id[API_TOOL_CALL_ID_SIZE];
     char *name, *args;
+    bool cut;
 };
 
 struct lp {                      /* one token's logprobs, strings owned */
@@ -231,6 +233,7 @@ static int keep_tool(struct api_chat_run *c, const struct eng_delta *d)
     api_tool_call_id(t->id);
     t->name = strdup(d->name ? d->name : "");
     t->args = strdup(d->arguments ? d->arguments : "{}");
+    t->cut = d->cut;
     c->n_tools++;
     return t->name && t->args ? 0 : -ENOMEM;
 }
@@ -268,7 +271,8 @@ static void flush_deltas(struct api_chat_run *c)
             cd.reasoning = d->text;
         else {
             const struct tool *t = &c->tools[c->n_tools - 1];
-            tc = (struct api_tool_call_delta){(int)c->n_tools - 1, t->id, t->name, t->args};
+            tc = (struct api_tool_call_delta){(int)c->n_tools - 1, t->id, t->name, t->args,
+                                              t->cut};
             cd.tool_calls = &tc;
             cd.n_tool_calls = 1;
         }
@@ -312,7 +316,7 @@ static void keep_logprob(struct api_chat_run *c, const struct eng_token_event *t
         free(l->top);
         return;
     }
-    l->logprob = t->logprob;
+    l->logprob = t->has_logprob ? t->logprob : NAN;   /* NaN: none (the prompt's first) */
     l->n_top = 0;
     for (int k = 0; k < t->n_top; k++) {
         size_t n;
@@ -346,6 +350,11 @@ static void feed(struct api_chat_run *c, const char *text, size_t len)
 
 void api_chat_run_token(api_chat_run *c, const struct eng_token_event *t, const char *text)
 {
+    if (t->prompt) {   /* a prompt token scored: its logprobs go before the output's */
+        if (c->req->prompt_logprobs)
+            keep_logprob(c, t);
+        return;
+    }
     if (c->req->logprobs && t->has_logprob)
         keep_logprob(c, t);
     feed(c, text, t->text_len);
@@ -380,7 +389,8 @@ static void finish_message(struct api_chat_run *c, enum api_finish_reason fr,
 {
     struct api_tool_call *tc = c->n_tools ? calloc(c->n_tools, sizeof *tc) : NULL;
     for (size_t i = 0; tc && i < c->n_tools; i++)
-        tc[i] = (struct api_tool_call){c->tools[i].id, c->tools[i].name, c->tools[i].args};
+        tc[i] = (struct api_tool_call){c->tools[i].id, c->tools[i].name, c->tools[i].args,
+                                       c->tools[i].cut};
     struct api_token_logprob *lp = pending_logprobs(c);
     struct api_chat_result r = {
         .content = c->content.p,

@@ -8,13 +8,14 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ---- the request ------------------------------------------------------------------ */
 
 static int parse_ids(const json_t *arr, const char *param, int32_t n_vocab,
-                     struct api_completion *c, struct api_err *bad)
+                     struct api_completion_prompt *c, struct api_err *bad)
 {
     size_t n = json_array_size(arr);
     if (n == 0)
@@ -50,38 +51,48 @@ static bool all_integers(const json_t *arr)
     return json_array_size(arr) > 0;
 }
 
-/* A string, token ids, or an array of one of those. Several prompts in one request
- * (OpenAI's batch) are refused: minicpmd answers one choice per request. */
+/* A string, token ids, or an array of either (OpenAI's batch: one choice per
+ * prompt, choice i answering prompt i). */
 static int parse_prompt(const json_t *body, int32_t n_vocab, struct api_completion *c,
                         struct api_err *bad)
 {
     const json_t *p = api__opt(body, "prompt");
     if (!p)
         return api__refuse(bad, "prompt", "Missing required parameter: 'prompt'.");
+    c->n_prompts = 1;
     if (json_is_string(p)) {
-        c->text = json_string_value(p);
-        c->text_len = json_string_length(p);
+        c->prompts[0].text = json_string_value(p);
+        c->prompts[0].text_len = json_string_length(p);
         return 0;
     }
     if (!json_is_array(p))
         return api__wrong_type(bad, "prompt", "a string, an array of strings or token ids", p);
     if (all_integers(p))
-        return parse_ids(p, "prompt", n_vocab, c, bad);
+        return parse_ids(p, "prompt", n_vocab, &c->prompts[0], bad);
     if (json_array_size(p) == 0)
         return api__refuse(bad, "prompt", "Invalid 'prompt': the prompt is empty.");
-    if (json_array_size(p) > 1)
-        return api__refuse(bad, "prompt", "Invalid 'prompt': minicpmd completes one prompt per "
-                                          "request (got %zu); send separate requests.",
-                           json_array_size(p));
-    const json_t *one = json_array_get(p, 0);
-    if (json_is_string(one)) {
-        c->text = json_string_value(one);
-        c->text_len = json_string_length(one);
-        return 0;
+    if (json_array_size(p) > API_COMPLETION_MAX_PROMPTS)
+        return api__refuse(bad, "prompt", "Invalid 'prompt': at most %d prompts per request "
+                                          "(got %zu); send the others in further requests.",
+                           API_COMPLETION_MAX_PROMPTS, json_array_size(p));
+    c->n_prompts = 0;
+    size_t i;
+    const json_t *one;
+    json_array_foreach(p, i, one) {
+        char path[32];
+        api__path(path, sizeof path, "prompt[%zu]", i);
+        struct api_completion_prompt *q = &c->prompts[c->n_prompts++];
+        if (json_is_string(one)) {
+            q->text = json_string_value(one);
+            q->text_len = json_string_length(one);
+        } else if (json_is_array(one)) {
+            if (parse_ids(one, path, n_vocab, q, bad))
+                return -EINVAL;
+        } else {
+            return api__wrong_type(bad, path, "a string or an array of token ids", one);
+        }
     }
-    if (json_is_array(one))
-        return parse_ids(one, "prompt[0]", n_vocab, c, bad);
-    return api__wrong_type(bad, "prompt[0]", "a string or an array of token ids", one);
+    return 0;
 }
 
 static int must_be_one(const json_t *body, const char *key, struct api_err *bad)
@@ -114,25 +125,31 @@ static int check_request(const json_t *body, const struct api_chat_limits *lim,
                                           "fill-in-the-middle mode (send the text before the "
                                           "gap as the prompt).");
     if (parse_prompt(body, n_vocab, c, bad) || api__check_generation(body, lim, r, bad) ||
-        must_be_one(body, "n", bad) || must_be_one(body, "best_of", bad))
+        must_be_one(body, "n", bad) || must_be_one(body, "best_of", bad) ||
+        api__check_format(body, NULL, r, lim, bad))
         return -EINVAL;
 
     long long v = 0, k = 0;
-    bool given;
-    if (api__get_max_tokens(body, "max_tokens", &v, &given, bad))
-        return -EINVAL;
-    /* OpenAI's default for completions is 16 tokens; -1 (v 0): to the end. */
-    r->max_tokens = !given ? 16 : v > INT32_MAX ? INT32_MAX : (int32_t)v;
-
-    if (api__get_int(body, "logprobs", 0, API_COMPLETION_MAX_LOGPROBS, &k, &given, bad) ||
+    bool given, mt_given;
+    if (api__get_int(body, "max_tokens", -1, LLONG_MAX, &v, &mt_given, bad) ||
+        api__get_int(body, "logprobs", 0, API_COMPLETION_MAX_LOGPROBS, &k, &given, bad) ||
         api__get_bool(body, "echo", "echo", &c->echo, bad))
         return -EINVAL;
     r->logprobs = given;
     r->top_logprobs = (int)k;
-    if (c->echo && r->logprobs)
-        return api__refuse(bad, "echo", "Invalid 'echo': with 'logprobs' it asks for the prompt's "
-                                        "own logprobs, which minicpmd does not compute; send "
-                                        "one of them.");
+    /* max_tokens 0 scores the prompt alone, which only echo shows. */
+    if (mt_given && v == 0 && !c->echo)
+        return api__refuse(bad, "max_tokens", "Invalid 'max_tokens': 0 generates nothing; it "
+                                              "is only useful with 'echo' (the prompt, and "
+                                              "with 'logprobs' its log-probabilities).");
+    /* OpenAI's default for completions is 16 tokens; -1: to the end. */
+    r->max_tokens = !mt_given ? 16 : v < 0 ? 0 : v > INT32_MAX ? INT32_MAX : (int32_t)v;
+    r->prompt_only = mt_given && v == 0;
+    r->prompt_logprobs = c->echo && r->logprobs;
+    if (c->n_prompts > 1 && r->stream)
+        return api__refuse(bad, "stream", "Invalid 'stream': a stream answers one prompt; send "
+                                          "several prompts without 'stream', or one per "
+                                          "request.");
     return 0;
 }
 
@@ -152,6 +169,10 @@ int api_completion_parse(const json_t *body, const struct api_chat_limits *lim,
         api_completion_free(c);
         return -EINVAL;
     }
+    c->text = c->prompts[0].text;
+    c->text_len = c->prompts[0].text_len;
+    c->ids = c->prompts[0].ids;
+    c->n_ids = c->prompts[0].n_ids;
     *out = c;
     return 0;
 }
@@ -161,7 +182,8 @@ void api_completion_free(struct api_completion *c)
     if (!c)
         return;
     api_chat_req_free(c->req);
-    free(c->ids);
+    for (size_t i = 0; i < c->n_prompts; i++)
+        free(c->prompts[i].ids);
     free(c);
 }
 
@@ -172,6 +194,8 @@ struct cfmt {
     char *echo;
     size_t echo_len;
     bool include_usage;
+    bool echo_lp;               /* the logprobs begin with the echoed prompt's tokens */
+    int index;                  /* the choice's: its prompt's place in the request */
     long offset;                /* text_offset of the next token, in characters */
     char id[48];                /* "cmpl-" + 32 random [0-9A-Za-z], its own */
 };
@@ -193,9 +217,17 @@ static json_t *legacy_logprobs(struct cfmt *f, const struct api_token_logprob *t
     json_t *o = json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps,
                           "top_logprobs", tops, "text_offset", offs);
     for (size_t i = 0; o && i < n; i++) {
-        json_t *top = json_object();
-        for (int k = 0; top && k < t[i].n_top; k++) {
+        /* The prompt's first token has no logprob (nothing comes before it): null. */
+        bool none = isnan(t[i].logprob);
+        json_t *top = none ? json_null() : json_object();
+        for (int k = 0; top && !none && k < t[i].n_top; k++) {
             json_t *key = api_text_json(t[i].top[k].token, t[i].top[k].len);
+            /* Tokens that read the same (special ones read "") share a key: it keeps
+             * the most likely one's logprob, the first. */
+            if (key && json_object_get(top, json_string_value(key))) {
+                json_decref(key);
+                continue;
+            }
             if (!key || json_object_set_new(top, json_string_value(key),
                                             api_logprob_json(t[i].top[k].logprob)) != 0) {
                 json_decref(key);
@@ -206,7 +238,7 @@ static json_t *legacy_logprobs(struct cfmt *f, const struct api_token_logprob *t
             json_decref(key);
         }
         if (json_array_append_new(tokens, api_text_json(t[i].token, t[i].len)) != 0 ||
-            json_array_append_new(lps, api_logprob_json(t[i].logprob)) != 0 ||
+            json_array_append_new(lps, none ? json_null() : api_logprob_json(t[i].logprob)) != 0 ||
             json_array_append_new(tops, top) != 0 ||
             json_array_append_new(offs, json_integer(f->offset)) != 0) {
             json_decref(o);
@@ -224,7 +256,7 @@ static json_t *completion(struct cfmt *f, const struct api_chat_ident *ci, json_
 {
     json_t *o = api_head_json(ci, cmpl_id(f, ci), "text_completion");
     json_t *choice = json_pack("{s:o, s:i, s:o, s:o}", "text", text ? text : json_string(""),
-                               "index", 0, "logprobs", logprobs ? logprobs : json_null(),
+                               "index", f->index, "logprobs", logprobs ? logprobs : json_null(),
                                "finish_reason", finish ? json_string(finish) : json_null());
     if (!o || !choice || json_object_set_new(o, "choices", json_pack("[o]", choice)) != 0) {
         json_decref(o);
@@ -245,7 +277,8 @@ static char *c_start(void *ctx, const struct api_chat_ident *ci)
     struct cfmt *f = ctx;
     if (!f->echo)
         return NULL;
-    f->offset += chars(f->echo, f->echo_len);
+    if (!f->echo_lp)   /* else the prompt's tokens count their own characters */
+        f->offset += chars(f->echo, f->echo_len);
     return chunk_frame(f, completion(f, ci, api_text_json(f->echo, f->echo_len), NULL, NULL));
 }
 
@@ -295,7 +328,7 @@ static char *c_body(void *ctx, const struct api_chat_ident *ci, const struct api
         return NULL;
     memcpy(all, f->echo ? f->echo : "", ne);
     memcpy(all + ne, r->content ? r->content : "", nc);
-    f->offset = chars(all, ne);
+    f->offset = f->echo_lp ? 0 : chars(all, ne);
     json_t *lp = r->logprobs ? legacy_logprobs(f, r->tokens, r->n_tokens) : NULL;
     json_t *o = completion(f, ci, api_text_json(all, ne + nc), lp, api_finish_reason_name(r->finish));
     free(all);
@@ -314,7 +347,7 @@ static char *c_error(void *ctx, const struct api_err *e, bool stream)
 }
 
 struct api_chat_format *api_completion_format_new(const char *echo, size_t echo_len,
-                                                  bool include_usage)
+                                                  bool include_usage, int index, bool echo_logprobs)
 {
     struct cfmt *f = calloc(1, sizeof *f);
     if (!f)
@@ -329,6 +362,8 @@ struct api_chat_format *api_completion_format_new(const char *echo, size_t echo_
         f->echo_len = echo_len;
     }
     f->include_usage = include_usage;
+    f->index = index;
+    f->echo_lp = echo && echo_logprobs;
     memcpy(f->id, "cmpl-", 5);
     api_random_alnum(f->id + 5, 32);
     f->f = (struct api_chat_format){c_start, c_delta, c_end, c_body, c_error, f, NULL};
@@ -342,4 +377,41 @@ void api_completion_format_free(void *ctx)
         return;
     free(f->echo);
     free(f);
+}
+
+static int add_usage(json_t *into, const json_t *from, const char *key)
+{
+    json_t *a = json_object_get(into, key);
+    json_int_t b = json_integer_value(json_object_get(from, key));
+    return a ? json_integer_set(a, json_integer_value(a) + b) : -1;
+}
+
+char *api_completion_merge(char *const *bodies, int n)
+{
+    json_t *out = NULL, *choices = json_array();
+    char *s = NULL;
+    if (!choices || n < 1)
+        goto done;
+    for (int i = 0; i < n; i++) {
+        json_t *o = bodies[i] ? json_loads(bodies[i], 0, NULL) : NULL;
+        json_t *c = json_array_get(json_object_get(o, "choices"), 0);
+        json_t *u = json_object_get(o, "usage");
+        int bad = !c || json_array_append(choices, c) != 0;
+        if (!bad && i > 0)   /* each prompt its own: everything sums */
+            bad = add_usage(json_object_get(out, "usage"), u, "prompt_tokens") ||
+                  add_usage(json_object_get(out, "usage"), u, "completion_tokens") ||
+                  add_usage(json_object_get(out, "usage"), u, "total_tokens");
+        if (i == 0 && !bad)
+            out = json_incref(o);
+        json_decref(o);
+        if (bad)
+            goto done;
+    }
+    json_object_del(out, "timings");   /* one choice's; the sum would mean nothing */
+    if (json_object_set(out, "choices", choices) == 0)
+        s = json_dumps(out, JSON_COMPACT);
+done:
+    json_decref(choices);
+    json_decref(out);
+    return s;
 }

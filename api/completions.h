@@ -8,13 +8,16 @@
  * OpenAI's API reference "Completions" (openai-openapi CreateCompletionRequest /
  * Completion) and the openai-node SDK's types.
  *
- * Supported: prompt (a string, or token ids; either also as an array of one),
- * max_tokens (default 16, as OpenAI; -1 until the context ends), temperature,
- * top_p, stop, seed, presence/frequency_penalty, logit_bias, logprobs (0..5), echo,
- * stream, stream_options.include_usage, n and best_of (only 1), user, and the
- * extras chat takes (top_k, min_p, repetition_penalty). Refused with 400: suffix
- * (no fill-in-the-middle), more than one prompt, echo with logprobs (the prompt's
- * own logprobs are not computed).
+ * Supported: prompt (a string or token ids, or a list of up to
+ * API_COMPLETION_MAX_PROMPTS of either: one choice per prompt, `index` its place,
+ * not streamed), max_tokens (default 16, as OpenAI; -1 until the context ends; 0
+ * with echo: the prompt alone), temperature, top_p, stop, seed,
+ * presence/frequency_penalty, logit_bias, logprobs (0..5), echo (with logprobs the
+ * prompt's tokens and their logprobs come first, the first token's null: the
+ * prompt scored, engine/gen.h prompt_logprobs), stream,
+ * stream_options.include_usage, n and best_of (only 1), user, and the extras chat
+ * takes (top_k, min_p, repetition_penalty). Refused with 400: suffix (no
+ * fill-in-the-middle), several prompts streamed, max_tokens 0 without echo.
  *
  * Pure: no sockets, no globals. Any thread; one request's format on one thread. */
 #ifndef MINICPMD_API_COMPLETIONS_H
@@ -29,11 +32,24 @@
 
 #define API_COMPLETION_MAX_LOGPROBS 5   /* OpenAI's limit for `logprobs` */
 
-struct api_completion {
-    struct api_chat_req *req;   /* raw; owned (api_completion_free) */
+#define API_COMPLETION_MAX_PROMPTS 8  /* prompts in one request (UT_MAX_CHOICES) */
+
+struct api_completion_prompt {
     const char *text;           /* the prompt text (borrowed from the body), or NULL */
     size_t text_len;
-    int32_t *ids;               /* or the prompt's token ids (owned) */
+    int32_t *ids;               /* or its token ids (owned) */
+    size_t n_ids;
+};
+
+struct api_completion {
+    struct api_chat_req *req;   /* raw; owned (api_completion_free) */
+    /* `prompt`: one, or a list answered one choice each, in order */
+    struct api_completion_prompt prompts[API_COMPLETION_MAX_PROMPTS];
+    size_t n_prompts;
+    /* the first prompt's text or ids again (borrowed from prompts[0]) */
+    const char *text;
+    size_t text_len;
+    const int32_t *ids;
     size_t n_ids;
     bool echo;
 };
@@ -48,7 +64,12 @@ void api_completion_free(struct api_completion *c);   /* accepts NULL */
  * prompt's text to put first. NULL when out of memory; free the format with
  * api_completion_format_free(format->ctx). */
 struct api_chat_format *api_completion_format_new(const char *echo, size_t echo_len,
-                                                  bool include_usage);
+                                                  bool include_usage, int index,
+                                                  bool echo_logprobs);
+
+/* One text_completion body of n (each a one-choice answer to prompt i, in order):
+ * their choices in order, usage summed. NULL when a body is not one. */
+char *api_completion_merge(char *const *bodies, int n);
 void api_completion_format_free(void *ctx);
 
 #endif

@@ -147,9 +147,76 @@ static json_t *usage(const struct api_usage *u)
                      (int)u->reasoning_tokens);
 }
 
-/* A tool call's input object from its arguments text ({} when it is not one). */
-static json_t *tool_input(const char *args)
+/* The longest prefix of a cut call's arguments (a JSON object's text, left open:
+ * {"a":1,"b":"tex) that ends after a whole value, with its brackets closed:
+ * {"a":1}. What a client's partial-JSON parser makes of the same text, so the
+ * streamed input_json_delta and a whole answer's input agree. */
+static json_t *close_cut(const char *s)
 {
+    enum { MAXD = 64 };
+    char stack[MAXD], safe_stack[MAXD];
+    bool want_key[MAXD];
+    int depth = 0, safe_depth = 0;
+    size_t safe = 0;
+    for (size_t i = 0; s[i]; i++) {
+        char c = s[i];
+        if (c == '"') {
+            bool key = depth > 0 && stack[depth - 1] == '{' && want_key[depth - 1];
+            for (i++; s[i] && s[i] != '"'; i++)
+                if (s[i] == '\\' && s[i + 1])
+                    i++;
+            if (!s[i])
+                break;   /* cut inside the string */
+            if (key)
+                continue;
+        } else if (c == '{' || c == '[') {
+            if (depth == MAXD)
+                break;
+            want_key[depth] = c == '{';
+            stack[depth++] = c;
+        } else if (c == '}' || c == ']') {
+            if (depth == 0)
+                break;
+            depth--;
+        } else if (c == ':' && depth > 0) {
+            want_key[depth - 1] = false;
+            continue;
+        } else if (c == ',' && depth > 0) {
+            want_key[depth - 1] = stack[depth - 1] == '{';
+            continue;   /* the value before it was marked safe when it ended */
+        } else {
+            /* numbers, literals, whitespace: whole only when a ',' or a closer
+             * follows, which marks the value before it below */
+            if ((s[i + 1] == ',' || s[i + 1] == '}' || s[i + 1] == ']') && c != ' ' &&
+                c != '\n' && c != '\t' && c != '\r') {
+                safe = i + 1;
+                safe_depth = depth;
+                memcpy(safe_stack, stack, (size_t)depth);
+            }
+            continue;
+        }
+        safe = i + 1;
+        safe_depth = depth;
+        memcpy(safe_stack, stack, (size_t)depth);
+    }
+    ut_buf b = {0};
+    ut_buf_add(&b, s, safe);
+    for (int d = safe_depth; d > 0; d--)
+        ut_buf_addc(&b, safe_stack[d - 1] == '{' ? '}' : ']');
+    json_t *o = b.p && !b.oom ? json_loads(b.p, 0, NULL) : NULL;
+    ut_buf_free(&b);
+    if (json_is_object(o))
+        return o;
+    json_decref(o);
+    return json_object();
+}
+
+/* A tool call's input object from its arguments text ({} when it is not one); a
+ * cut call's as far as it got whole. */
+static json_t *tool_input(const char *args, bool cut)
+{
+    if (cut)
+        return close_cut(args ? args : "");
     json_t *o = args ? json_loads(args, 0, NULL) : NULL;
     if (json_is_object(o))
         return o;
@@ -184,7 +251,7 @@ static char *m_body(void *ctx, const struct api_chat_ident *ci, const struct api
     size_t n = f->opts.single_tool && r->n_tool_calls > 1 ? 1 : r->n_tool_calls;
     for (size_t i = 0; i < n; i++)
         json_array_append_new(content, tool_block(r->tool_calls[i].id, r->tool_calls[i].name,
-                                                  tool_input(r->tool_calls[i].arguments)));
+                                                  tool_input(r->tool_calls[i].arguments, r->tool_calls[i].cut)));
     json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:o, s:o}", "id", id, "type", "message",
                           "role", "assistant", "model", api_text_json(ci->model,
                                                                       strlen(ci->model)),
@@ -252,7 +319,7 @@ static void tool_events(struct mfmt *f, ut_buf *b, const struct api_tool_call_de
     event(b, "content_block_start",
           json_pack("{s:s, s:i, s:o}", "type", "content_block_start", "index", idx,
                     "content_block", tool_block(tc->id, tc->name, json_object())));
-    json_t *input = tool_input(tc->arguments);
+    json_t *input = tool_input(tc->arguments, tc->cut);
     char *args = api_json_dump(input, NULL);
     event(b, "content_block_delta",
           json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_delta", "index", idx,

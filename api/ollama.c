@@ -308,6 +308,12 @@ static json_t *head(const struct ofmt *f)
     return json_pack("{s:s, s:o}", "model", f->model, "created_at", now());
 }
 
+/* Ollama's calls, whose arguments are an object: a call max_tokens cut (arguments
+ * left open) is not one, and is left out, as Ollama's own parser only hands out
+ * whole calls. NULL when none is left. */
+static json_t *calls_json(const struct api_tool_call *tc, const struct api_tool_call_delta *td,
+                          size_t n);
+
 /* A tool call's arguments as the object Ollama sends. The text is the model's
  * output (the engine's parser found the call in it), not JSON api/ made, so it is
  * parsed here; text that is not an object becomes {}. */
@@ -318,6 +324,24 @@ static json_t *arguments(const char *s)
         return a;
     json_decref(a);
     return json_object();
+}
+
+static json_t *calls_json(const struct api_tool_call *tc, const struct api_tool_call_delta *td,
+                          size_t n)
+{
+    json_t *calls = n ? json_array() : NULL;
+    for (size_t i = 0; calls && i < n; i++) {
+        const char *name = tc ? tc[i].name : td[i].name, *args = tc ? tc[i].arguments : td[i].arguments;
+        if (tc ? tc[i].cut : td[i].cut)
+            continue;
+        json_array_append_new(calls, json_pack("{s:{s:s, s:o}}", "function", "name",
+                                               name ? name : "", "arguments", arguments(args)));
+    }
+    if (calls && json_array_size(calls) == 0) {
+        json_decref(calls);
+        calls = NULL;
+    }
+    return calls;
 }
 
 /* The text part of a line: message {role, content, thinking?, tool_calls?} for
@@ -363,15 +387,7 @@ static char *o_delta(void *ctx, const struct api_chat_ident *ci, const struct ap
 {
     (void)ci;
     struct ofmt *f = ctx;
-    json_t *calls = NULL;
-    if (d->n_tool_calls) {
-        calls = json_array();
-        for (size_t i = 0; calls && i < d->n_tool_calls; i++)
-            json_array_append_new(calls, json_pack("{s:{s:s, s:o}}", "function", "name",
-                                                   d->tool_calls[i].name ? d->tool_calls[i].name : "",
-                                                   "arguments",
-                                                   arguments(d->tool_calls[i].arguments)));
-    }
+    json_t *calls = calls_json(NULL, d->tool_calls, d->n_tool_calls);
     if (!d->content && !d->reasoning && !calls)
         return NULL;   /* logprobs only: Ollama's lines have none */
     json_t *o = head(f);
@@ -400,14 +416,7 @@ static char *o_body(void *ctx, const struct api_chat_ident *ci, const struct api
 {
     (void)ci;
     struct ofmt *f = ctx;
-    json_t *calls = NULL;
-    if (r->n_tool_calls) {
-        calls = json_array();
-        for (size_t i = 0; calls && i < r->n_tool_calls; i++)
-            json_array_append_new(calls, json_pack("{s:{s:s, s:o}}", "function", "name",
-                                                   r->tool_calls[i].name, "arguments",
-                                                   arguments(r->tool_calls[i].arguments)));
-    }
+    json_t *calls = calls_json(r->tool_calls, NULL, r->n_tool_calls);
     json_t *o = head(f);
     if (!o || text_part(f, o, r->content ? r->content : "", r->reasoning, calls) != 0 ||
         stats(o, r->finish, &r->usage, r->timings) != 0) {

@@ -455,7 +455,8 @@ static void call_events(struct rfmt *f, ut_buf *b, const struct api_tool_call_de
     event(f, b, "response.function_call_arguments.done",
           json_pack("{s:s, s:i, s:s, s:s}", "item_id", id, "output_index", idx, "name",
                     tc->name ? tc->name : "", "arguments", tc->arguments ? tc->arguments : "{}"));
-    json_t *item = call_item(id, call_id, tc->name, tc->arguments, "completed");
+    json_t *item = call_item(id, call_id, tc->name, tc->arguments,
+                             tc->cut ? "incomplete" : "completed");
     event(f, b, "response.output_item.done", json_pack("{s:i, s:O}", "output_index", idx, "item", item));
     if (!item || json_array_append_new(f->output, item) != 0)
         b->oom = true;
@@ -518,7 +519,7 @@ static char *r_body(void *ctx, const struct api_chat_ident *ci, const struct api
         new_id(f, "fc", id, sizeof id);
         const struct api_tool_call *c = &r->tool_calls[i];
         json_array_append_new(out, call_item(id, c->id ? c->id : id, c->name, c->arguments,
-                                             "completed"));
+                                             c->cut ? "incomplete" : "completed"));
     }
     bool length = r->finish == API_FINISH_LENGTH;
     json_t *o = response(f, ci, length ? "incomplete" : "completed", out, &r->usage, length);

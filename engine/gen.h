@@ -85,6 +85,15 @@ struct eng_gen_params {
     int n_stop;                 /* 0 .. UT_MAX_STOP */
     bool logprobs;              /* report each token's logprob */
     int top_logprobs;           /* 0 .. UT_MAX_TOP_LOGPROBS (with logprobs) */
+    /* Score the prompt: before any generated token, one TOKEN event per prompt
+     * token (`prompt` set, in order; the first has no logprob), its logprob and
+     * top_logprobs alternatives under the logits of the position before it. The
+     * prompt then runs from position 0 (no prompt cache: every position's logits
+     * are wanted) in prefill's batches, each HEAD computing all of its positions'
+     * logits: the numbers decode gives the same tokens (batch invariance). */
+    bool prompt_logprobs;
+    bool prompt_only;           /* end after the prompt (DONE "length", no token
+                                   sampled; max_tokens is not read) */
     /* Constrained decoding (engine/grammar.h): NULL, or the grammar every token
      * must keep the output in; the request takes a reference. Its mask is applied
      * to the logits before the sampler chain (bias, penalties, temperature, …); the
@@ -136,7 +145,9 @@ struct eng_token_event {
                                    "" (part of a character, or held back as the
                                    possible start of a stop string); NUL-terminated */
     size_t text_len;            /* bytes (the text may hold U+0000) */
-    int index;                  /* 0-based position among the completion's tokens */
+    int index;                  /* 0-based position among the completion's tokens
+                                   (prompt: among the prompt's) */
+    bool prompt;                /* a prompt token scored (prompt_logprobs); text "" */
     /* with logprobs: */
     bool has_logprob;
     float logprob;              /* of `id` under the model's distribution */

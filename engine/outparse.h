@@ -37,10 +37,14 @@
  *    their text (numbers are not reformatted) minus whitespace.
  *  - arguments: one compact JSON object string, keys in the order they were
  *    written; a repeated key keeps its first place and its last value.
- *  - malformed or truncated markup degrades to content: the '<' that opened it is
- *    content and scanning resumes after it, so the raw text reaches the client and
- *    a well-formed call later on is still found. A call still open when the output
- *    ends (max_tokens, a stop string) is content, as is a tag cut off at the end.
+ *  - malformed markup degrades to content: the '<' that opened it is content and
+ *    scanning resumes after it, so the raw text reaches the client and a
+ *    well-formed call later on is still found.
+ *  - a call the output cuts (max_tokens, a stop string, the end of the output
+ *    inside it) is never content: with its name written it is one more TOOL_CALL
+ *    delta with `cut` set and the arguments as far as they got, a JSON text left
+ *    open ({"a":1,"b":"tex), as OpenAI's API hands out a call that max_tokens
+ *    cut; before its name is complete (or in its first tag) it is dropped.
  */
 #ifndef MINICPMD_ENGINE_OUTPARSE_H
 #define MINICPMD_ENGINE_OUTPARSE_H
@@ -64,6 +68,8 @@ struct eng_delta {
     int index;                   /* 0, 1, … in order of appearance */
     char *name;                  /* function name */
     char *arguments;             /* JSON object as a string, e.g. {"city":"Paris"} */
+    bool cut;                    /* the output ended inside the call: `arguments` is the
+                                    JSON text so far, not closed (the last delta) */
 };
 
 /* Deltas are appended; one feed/finish call merges consecutive text of one kind into
@@ -93,7 +99,7 @@ int eng_outparse_feed(eng_outparse *p, const char *text, size_t len, struct eng_
  * content). Call once. Returns 0 or -ENOMEM. */
 int eng_outparse_finish(eng_outparse *p, struct eng_delta_list *out);
 
-/* Whether any tool call was emitted (finish_reason "tool_calls"). */
+/* Whether any complete tool call was emitted (finish_reason "tool_calls"). */
 bool eng_outparse_saw_tool_call(const eng_outparse *p);
 
 #endif

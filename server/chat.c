@@ -55,7 +55,13 @@ struct choice {
     struct api_chat_format fmt;     /* n > 1: api_chat_choice_format */
     struct api_usage usage;         /* n > 1: what its stream's end reported */
     const struct api_chat_result *result;   /* n > 1, non-stream: its run's */
+    char *body;                     /* several raw prompts, non-stream: its answer */
     bool submitted, final_seen;
+    /* choice i > 0 of several raw prompts: its own prompt */
+    const char *text;
+    size_t text_len;
+    int32_t *ids;                   /* owned: given, or the text tokenized */
+    size_t n_ids;
 };
 
 struct chat {
@@ -75,7 +81,8 @@ struct chat {
     srv_stream *stream;
     uint64_t last_write;
 
-    int n;                          /* choices (1 unless OpenAI chat's n) */
+    int n;                          /* choices (1 unless OpenAI chat's n, or several
+                                       raw prompts: surf.n_prompts) */
     struct choice ch[UT_MAX_CHOICES];
     int n_final, n_answered;
     bool failed;                    /* n > 1: a choice answered with its error */
@@ -92,6 +99,10 @@ static void chat_free(struct chat *c)
     for (int i = 0; i < UT_MAX_CHOICES; i++) {
         api_chat_run_free(c->ch[i].run);
         eng_gen_req_free(c->ch[i].greq);
+        free(c->ch[i].body);
+        free(c->ch[i].ids);
+        if (i > 0 && i < c->surf.n_prompts && c->surf.free_ctx)
+            c->surf.free_ctx(c->ch[i].fmt.ctx);
     }
     if (c->surf.free_ctx && c->surf.format)
         c->surf.free_ctx(c->surf.format->ctx);
@@ -219,6 +230,18 @@ static void choice_answer(void *ctx, int status, char *body, const char *retry_a
     struct chat *c = ch->c;
     if (c->failed || !c->req) {
         free(body);
+        return;
+    }
+    if (status == 200 && body && c->surf.n_prompts > 1) {
+        /* several raw prompts: each choice rendered by its own framing, joined by the
+         * surface once all have answered */
+        ch->body = body;
+        if (++c->n_answered < c->n)
+            return;
+        char *bodies[UT_MAX_CHOICES];
+        for (int i = 0; i < c->n; i++)
+            bodies[i] = c->ch[i].body;
+        sink_answer(c, 200, c->surf.merge(bodies, c->n), NULL);
         return;
     }
     c->failed = true;
@@ -352,28 +375,39 @@ lost:
 
 /* A raw prompt (no template): the ids as given, or the text tokenized with special
  * tokens on and the tokenizer's add_special ones (vLLM's completions do the same). */
-static int raw_prompt(struct chat *c)
+static int raw_tokens(struct chat *c, const char *text, size_t len, int32_t **ids, size_t *n_ids)
 {
-    struct eng_prompt *p = &c->prompt;
-    if (c->raw_ids) {
-        p->ids = c->raw_ids;
-        p->n_ids = c->surf.n_ids;
-        c->raw_ids = NULL;
-        return 0;
-    }
-    int n = eng_tokenizer_encode_special(eng_engine_tokenizer(c->app->eng), c->surf.text,
-                                         c->surf.text_len, true, true, &p->ids);
+    int n = eng_tokenizer_encode_special(eng_engine_tokenizer(c->app->eng), text, len, true,
+                                         true, ids);
     if (n < 0) {
         snprintf(c->err, sizeof c->err, "tokenizing the prompt failed: %s", strerror(-n));
         return n;
     }
-    p->n_ids = (size_t)n;
+    *n_ids = (size_t)n;
     if (n == 0) {
         snprintf(c->err, sizeof c->err, "the prompt is empty");
         snprintf(c->param, sizeof c->param, "prompt");
         return -EINVAL;
     }
     return 0;
+}
+
+static int raw_prompt(struct chat *c)
+{
+    struct eng_prompt *p = &c->prompt;
+    int rc = 0;
+    for (int i = 1; i < c->n && rc == 0; i++)   /* several prompts: choice i's */
+        if (c->ch[i].text)
+            rc = raw_tokens(c, c->ch[i].text, c->ch[i].text_len, &c->ch[i].ids, &c->ch[i].n_ids);
+    if (rc)
+        return rc;
+    if (c->raw_ids) {
+        p->ids = c->raw_ids;
+        p->n_ids = c->surf.n_ids;
+        c->raw_ids = NULL;
+        return 0;
+    }
+    return raw_tokens(c, c->surf.text, c->surf.text_len, &p->ids, &p->n_ids);
 }
 
 static void on_prompt_work(uv_work_t *w)
@@ -408,6 +442,9 @@ static void submit(struct chat *c)
     int32_t n_prompt = (int32_t)c->prompt.n_ids;
     int n_ctx = eng_engine_n_ctx(app->eng);
     int32_t budget = api_chat_req_budget(r, n_prompt, n_ctx);
+    for (int i = 1; i < c->n && budget >= 0; i++)   /* several prompts: each must fit */
+        if (c->ch[i].ids && api_chat_req_budget(r, (int32_t)c->ch[i].n_ids, n_ctx) < 0)
+            n_prompt = (int32_t)c->ch[i].n_ids, budget = -1;
     if (budget < 0) {
         api_chat_refuse(r, -ERANGE, 0, n_ctx, n_prompt, &sink);
         return;
@@ -420,6 +457,8 @@ static void submit(struct chat *c)
         .n_stop = r->n_stop,
         .logprobs = r->logprobs,
         .top_logprobs = r->top_logprobs,
+        .prompt_logprobs = r->prompt_logprobs,
+        .prompt_only = r->prompt_only,
         .grammar = r->grammar,
         .grammar_after_think = c->prompt.thinking == ENG_THINKING_ON,
     };
@@ -432,16 +471,25 @@ static void submit(struct chat *c)
         struct choice *ch = &c->ch[i];
         char err[256];
         p.user = ch;
-        ch->ident.prompt_tokens = n_prompt;
-        p.sampling.seed = r->sampling.seed + (uint64_t)i;   /* reproducible with `seed` */
+        if (ch->ids) {   /* its own prompt: as if sent alone */
+            p.prompt = ch->ids;
+            p.n_prompt = (int)ch->n_ids;
+            p.max_tokens = api_chat_req_budget(r, p.n_prompt, n_ctx);
+        } else {
+            /* n choices of one prompt: reproducible with `seed`, each its own */
+            p.sampling.seed = r->sampling.seed + (uint64_t)i;
+        }
+        ch->ident.prompt_tokens = p.n_prompt;
         if (eng_gen_req_new(&p, &ch->greq, err, sizeof err) != 0) {
             answer_error(c, API_ERR_BAD_REQUEST, NULL, err);
             return;
         }
         struct api_chat_sink cs = sink;
         if (c->n > 1) {
-            ch->fmt = api_chat_choice_format(&ch->usage);
-            cs = (struct api_chat_sink){choice_frame, choice_answer, choice_result, ch,
+            if (c->surf.n_prompts < 2)   /* several raw prompts: theirs, set at the start */
+                ch->fmt = api_chat_choice_format(&ch->usage);
+            cs = (struct api_chat_sink){choice_frame, choice_answer,
+                                        c->surf.n_prompts < 2 ? choice_result : NULL, ch,
                                         &ch->fmt};
         }
         ch->run = api_chat_run_new(r, &ch->ident, eng_engine_tokenizer(app->eng),
@@ -533,6 +581,8 @@ int srv_chat_begin(srv_request *req, struct srv_response *resp, struct api_chat_
         error_response(surf, &e, resp);
         if (surf && surf->free_ctx && surf->format)
             surf->free_ctx(surf->format->ctx);
+        for (int i = 1; surf && surf->free_ctx && i < surf->n_prompts; i++)
+            surf->free_ctx(surf->formats[i]->ctx);
         api_chat_req_free(creq);
         return 0;
     }
@@ -543,11 +593,30 @@ int srv_chat_begin(srv_request *req, struct srv_response *resp, struct api_chat_
     c->last_write = uv_now(app->loop);
     api_chat_ident_init(&c->ident, app->model->id, MINICPMD_VERSION, app->device,
                         creq->include_usage);
-    c->n = surf || creq->n < 1 ? 1 : creq->n;   /* `n` is OpenAI chat's */
+    c->n = surf ? (surf->n_prompts > 1 ? surf->n_prompts : 1)
+                : creq->n < 1 ? 1 : creq->n;   /* `n` is OpenAI chat's */
+    bool ok = true;
     for (int i = 0; i < c->n; i++) {
         c->ch[i].c = c;
         c->ch[i].ident = c->ident;
         c->ch[i].ident.index = i;
+        if (c->surf.n_prompts > 1)   /* chat_free frees them from here on */
+            c->ch[i].fmt = *surf->formats[i];
+    }
+    for (int i = 1; i < c->n && c->surf.n_prompts > 1 && ok; i++) {
+        struct choice *ch = &c->ch[i];
+        const struct srv_raw_prompt *q = &surf->more[i - 1];
+        ch->text = q->text;
+        ch->text_len = q->text_len;
+        if (q->n_ids && (ok = (ch->ids = malloc(q->n_ids * sizeof *ch->ids)) != NULL)) {
+            memcpy(ch->ids, q->ids, q->n_ids * sizeof *ch->ids);
+            ch->n_ids = q->n_ids;
+        }
+    }
+    if (!ok) {
+        chat_free(c);
+        srv_response_error(resp, API_ERR_INTERNAL, NULL, "out of memory");
+        return 0;
     }
     c->next = app->chats;
     if (app->chats)

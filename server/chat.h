@@ -27,6 +27,21 @@ struct srv_chat_surface {
     const int32_t *ids;         /* raw prompt ids (copied) */
     size_t text_len, n_ids;
     void (*free_ctx)(void *ctx);
+    /* Several raw prompts (a completions list; not streamed): choice i answers
+     * more[i - 1] (text borrowed as `text` is, ids copied) framed by formats[i]
+     * (formats[0] is `format`; each freed with free_ctx), and `merge` joins the
+     * choices' bodies. n_prompts 0 or 1: the one prompt above. */
+    int n_prompts;
+    const struct srv_raw_prompt *more;
+    const struct api_chat_format *const *formats;
+    char *(*merge)(char *const *bodies, int n);
+};
+
+struct srv_raw_prompt {
+    const char *text;
+    size_t text_len;
+    const int32_t *ids;
+    size_t n_ids;
 };
 
 /* Start one generation for a parsed request (owned from now on, also on failure)

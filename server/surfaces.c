@@ -18,6 +18,9 @@
 
 /* ---- POST /v1/completions ---------------------------------------------------------- */
 
+/* Each prompt of a list is one choice of the one generation path. */
+_Static_assert(API_COMPLETION_MAX_PROMPTS <= UT_MAX_CHOICES, "more prompts than choices");
+
 int srv_h_completions(srv_request *req, struct srv_response *resp)
 {
     struct srv_app *app = srv_request_app(req);
@@ -37,36 +40,50 @@ int srv_h_completions(srv_request *req, struct srv_response *resp)
         srv_response_err(resp, &bad);
         return 0;
     }
-    /* echo: the prompt as text (token ids decoded as /detokenize does). */
-    char *decoded = NULL;
-    const char *echo = NULL;
-    size_t echo_len = 0;
-    if (comp->echo && comp->text) {
-        echo = comp->text;
-        echo_len = comp->text_len;
-    } else if (comp->echo) {
-        decoded = eng_tokenizer_decode_len(eng_engine_tokenizer(app->eng), comp->ids,
-                                           comp->n_ids, false, &echo_len);
-        echo = decoded;
+    /* One framing per prompt: its echo (token ids decoded as /detokenize does) and
+     * its choice index. */
+    const struct api_chat_format *fmts[API_COMPLETION_MAX_PROMPTS] = {0};
+    struct srv_raw_prompt more[API_COMPLETION_MAX_PROMPTS];
+    bool ok = true;
+    for (size_t i = 0; i < comp->n_prompts && ok; i++) {
+        const struct api_completion_prompt *q = &comp->prompts[i];
+        char *decoded = NULL;
+        const char *echo = NULL;
+        size_t echo_len = 0;
+        if (comp->echo && q->text) {
+            echo = q->text;
+            echo_len = q->text_len;
+        } else if (comp->echo) {
+            decoded = eng_tokenizer_decode_len(eng_engine_tokenizer(app->eng), q->ids, q->n_ids,
+                                               false, &echo_len);
+            echo = decoded;
+        }
+        ok = (!comp->echo || echo) &&
+             (fmts[i] = api_completion_format_new(echo, echo_len, comp->req->include_usage,
+                                                  (int)i, comp->req->prompt_logprobs));
+        free(decoded);
+        if (i > 0)
+            more[i - 1] = (struct srv_raw_prompt){q->text, q->text_len, q->ids, q->n_ids};
     }
-    struct api_chat_format *fmt = NULL;
-    if ((!comp->echo || echo) &&
-        !(fmt = api_completion_format_new(echo, echo_len, comp->req->include_usage)))
-        echo = NULL;
-    free(decoded);
-    if (!fmt) {
+    if (!ok) {
+        for (size_t i = 0; i < comp->n_prompts; i++)
+            api_completion_format_free(fmts[i] ? fmts[i]->ctx : NULL);
         api_completion_free(comp);
         srv_response_error(resp, API_ERR_INTERNAL, NULL, "out of memory");
         return 0;
     }
     struct srv_chat_surface surf = {
-        .format = fmt,
+        .format = fmts[0],
         .ping = API_SSE_PING,
         .text = comp->text,
         .text_len = comp->text_len,
         .ids = comp->ids,
         .n_ids = comp->n_ids,
         .free_ctx = api_completion_format_free,
+        .n_prompts = (int)comp->n_prompts,
+        .more = more,
+        .formats = fmts,
+        .merge = api_completion_merge,
     };
     struct api_chat_req *creq = comp->req;
     comp->req = NULL;

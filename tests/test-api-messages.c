@@ -254,14 +254,38 @@ static struct api_chat_ident ident(void)
     return ci;
 }
 
+/* A stream's frames as a list of {"event", "data"}. */
+static void events(char *frames, json_t *out)
+{
+    cr_assert_not_null(frames);
+    char *p = frames;
+    while (*p) {
+        cr_assert(strncmp(p, "event: ", 7) == 0, "not an event: %s", p);
+        char *nl = strchr(p, '\n');
+        cr_assert_not_null(nl);
+        *nl = '\0';
+        const char *name = p + 7;
+        p = nl + 1;
+        cr_assert(strncmp(p, "data: ", 6) == 0);
+        char *end = strstr(p, "\n\n");
+        cr_assert_not_null(end);
+        *end = '\0';
+        json_t *d = load(p + 6);
+        cr_assert_str_eq(sget(d, "type"), name, "event name and type");
+        json_array_append_new(out, d);
+        p = end + 2;
+    }
+    free(frames);
+}
+
 MCD_TEST(messages, message_body)
 {
     struct api_messages_opts o;
     struct api_chat_req *r = request(M(",\"stop_sequences\":[\"zz\",\"END\"]"), &o);
     struct api_chat_format *f = api_messages_format_new(r, &o);
     struct api_chat_ident ci = ident();
-    struct api_tool_call calls[] = {{"call_abc", "get_weather", "{\"city\":\"Paris\"}"},
-                                    {"call_def", "get_weather", "{\"city\":\"Rome\"}"}};
+    struct api_tool_call calls[] = {{"call_abc", "get_weather", "{\"city\":\"Paris\"}", false},
+                                    {"call_def", "get_weather", "{\"city\":\"Rome\"}", false}};
     struct api_chat_result res = {.content = "It is sunny.", .reasoning = "Think.",
                                   .tool_calls = calls, .n_tool_calls = 2,
                                   .finish = API_FINISH_TOOL_CALLS,
@@ -310,6 +334,40 @@ MCD_TEST(messages, message_body)
     cr_assert_str_eq(sget(m, "stop_reason"), "end_turn");
     cr_assert_eq(json_array_size(json_object_get(m, "content")), 0);
     json_decref(m);
+    /* A call max_tokens cut keeps what of its input was whole (as a client's
+     * partial-JSON parser reads the same text), never as text. */
+    static const char *const cut[][2] = {
+        {"{\"a\":1,\"b\":\"tex", "{\"a\":1}"},
+        {"{\"city\":\"Par", "{}"},
+        {"{\"city\":\"Paris\"", "{\"city\":\"Paris\"}"},
+        {"{\"a\":[1,2", "{\"a\":[1]}"},
+        {"{\"a\":{\"b\":\"x\\\"y\"},\"c\":tr", "{\"a\":{\"b\":\"x\\\"y\"}}"},
+        {"{\"k", "{}"},
+        {"", "{}"},
+    };
+    for (size_t i = 0; i < sizeof cut / sizeof *cut; i++) {
+        struct api_tool_call cc = {"call_c", "f", cut[i][0], true};
+        res = (struct api_chat_result){.tool_calls = &cc, .n_tool_calls = 1,
+                                       .finish = API_FINISH_LENGTH, .usage = {5, 64, 0, 0}};
+        m = parse_str(f->body(f->ctx, &ci, &res));
+        cr_assert_str_eq(sget(m, "stop_reason"), "max_tokens");
+        json_t *in = json_object_get(json_array_get(json_object_get(m, "content"), 0), "input");
+        json_t *want = load(cut[i][1]);
+        cr_assert(json_equal(in, want), "cut %s", cut[i][0]);
+        json_decref(want);
+        json_decref(m);
+        /* streamed: the same input in the one input_json_delta */
+        struct api_tool_call_delta td = {0, "call_c", "f", cut[i][0], true};
+        struct api_chat_delta dd = {.tool_calls = &td, .n_tool_calls = 1};
+        json_t *ev = json_array();
+        events(f->delta(f->ctx, &ci, &dd), ev);
+        json_t *got = load(sget(json_object_get(json_array_get(ev, 1), "delta"), "partial_json"));
+        want = load(cut[i][1]);
+        cr_assert(json_equal(got, want), "streamed cut %s", cut[i][0]);
+        json_decref(want);
+        json_decref(got);
+        json_decref(ev);
+    }
     api_messages_format_free(f->ctx);
     api_chat_req_free(r);
     /* disable_parallel_tool_use with auto: one tool_use block */
@@ -326,30 +384,6 @@ MCD_TEST(messages, message_body)
     api_chat_req_free(r);
 }
 
-/* A stream's frames as a list of {"event", "data"}. */
-static void events(char *frames, json_t *out)
-{
-    cr_assert_not_null(frames);
-    char *p = frames;
-    while (*p) {
-        cr_assert(strncmp(p, "event: ", 7) == 0, "not an event: %s", p);
-        char *nl = strchr(p, '\n');
-        cr_assert_not_null(nl);
-        *nl = '\0';
-        const char *name = p + 7;
-        p = nl + 1;
-        cr_assert(strncmp(p, "data: ", 6) == 0);
-        char *end = strstr(p, "\n\n");
-        cr_assert_not_null(end);
-        *end = '\0';
-        json_t *d = load(p + 6);
-        cr_assert_str_eq(sget(d, "type"), name, "event name and type");
-        json_array_append_new(out, d);
-        p = end + 2;
-    }
-    free(frames);
-}
-
 MCD_TEST(messages, stream_events)
 {
     struct api_messages_opts o;
@@ -359,7 +393,7 @@ MCD_TEST(messages, stream_events)
     json_t *ev = json_array();
     events(f->start(f->ctx, &ci), ev);
     struct api_chat_delta d1 = {.reasoning = "Hm"}, d2 = {.reasoning = "m."}, d3 = {.content = "Hi"};
-    struct api_tool_call_delta tc = {0, "call_x", "get_weather", "{\"city\": \"Oslo\"}"};
+    struct api_tool_call_delta tc = {0, "call_x", "get_weather", "{\"city\": \"Oslo\"}", false};
     struct api_chat_delta d4 = {.tool_calls = &tc, .n_tool_calls = 1}, d5 = {.content = ""};
     events(f->delta(f->ctx, &ci, &d1), ev);
     events(f->delta(f->ctx, &ci, &d2), ev);

@@ -255,7 +255,7 @@ MCD_TEST(api_err, each_surface_frames_it)
     api_refuse(&e, API_ERR_BAD_REQUEST, "max_tokens", "Invalid 'max_tokens': too many.");
 
     /* OpenAI chat (the default framing) and completions: data: {"error":…} / the object */
-    struct api_chat_format *cf = api_completion_format_new(NULL, 0, false);
+    struct api_chat_format *cf = api_completion_format_new(NULL, 0, false, 0, false);
     const struct api_chat_format *fmts[] = {NULL, cf};
     for (int i = 0; i < 2; i++) {
         json_t *o = parse_event(api_chat_format_error(fmts[i], &e, true));
@@ -313,7 +313,7 @@ MCD_TEST(api_err, completions_id_is_its_own)
 {
     struct api_chat_ident ci;
     api_chat_ident_init(&ci, "m", "1", "cpu", false);
-    struct api_chat_format *cf = api_completion_format_new(NULL, 0, false);
+    struct api_chat_format *cf = api_completion_format_new(NULL, 0, false, 0, false);
     struct api_chat_result r = {.content = "x"};
     json_t *o = parse_str(cf->body(cf->ctx, &ci, &r));
     const char *id = sget(o, "id");

@@ -4,7 +4,8 @@
  * and for every prefix of every case (output cut off anywhere), the concatenated
  * deltas are the same whether the text arrives in one piece, one byte at a time, or
  * in seeded random pieces; every delta is non-empty valid UTF-8 and every arguments
- * string is a JSON object. */
+ * string is a JSON object, but a cut call's (the last delta), which is one left open;
+ * no content holds tool-call markup the output cut. */
 #include "tests/utf8.h"
 #include "engine/outparse.h"
 #include "tests/check.h"
@@ -32,8 +33,8 @@ static const char TOOLS[] =
 
 struct result {
     char *content, *reasoning, *calls;  /* calls: "name args" lines joined by '\n' */
-    int ncalls;
-    bool saw;
+    int ncalls;                          /* complete ones */
+    bool saw, cut;                       /* cut: the last call was cut */
 };
 
 static void result_free(struct result *r)
@@ -62,12 +63,15 @@ static void collect(struct result *r, struct eng_delta_list *l)
             cr_assert_eq(d->index, r->ncalls, "tool call index");
             cr_assert(d->name && d->arguments && d->text == NULL);
             cr_assert(mcd_utf8_valid(d->name) && mcd_utf8_valid(d->arguments));
+            cr_assert(!r->cut, "a delta after a cut call");
             json_t *j = json_loads(d->arguments, 0, NULL);
-            cr_assert(json_is_object(j), "arguments not a JSON object: %s", d->arguments);
+            cr_assert(d->cut ? !j && d->arguments[0] == '{' : json_is_object(j),
+                      "arguments %s a JSON object: %s", d->cut ? "cut, yet" : "not", d->arguments);
             json_decref(j);
-            r->ncalls++;
+            r->ncalls += !d->cut;
+            r->cut = d->cut;
             char line[4096];
-            snprintf(line, sizeof line, "%s %s", d->name, d->arguments);
+            snprintf(line, sizeof line, "%s %s%s", d->name, d->arguments, d->cut ? " (cut)" : "");
             append(&r->calls, line, "\n");
         } else {
             cr_assert(d->text && d->text[0] != '\0', "empty text delta");
@@ -256,24 +260,37 @@ static const struct ocase corpus[] = {
     {"no tools: markup is content", 0, 0, "Call: " GW P("city", "Paris") EF,
      "Call: " GW P("city", "Paris") EF, NULL, NULL},
     /* malformed and truncated */
-    {"cut mid name", 1, 0, "Sure.\n<function name=\"get_wea", "Sure.\n<function name=\"get_wea", NULL, NULL},
-    {"cut mid cdata", 1, 0, WF P("path", "a") "<param name=\"content\"><![CDATA[abc",
-     WF P("path", "a") "<param name=\"content\"><![CDATA[abc", NULL, NULL},
-    {"cut after param", 1, 0, "x " GW P("city", "Paris"), "x " GW P("city", "Paris"), NULL, NULL},
-    {"cut at <fun", 1, 0, "Text <fun", "Text <fun", NULL, NULL},
-    {"cut at cdata end", 1, 0, WF P("content", "<![CDATA[abc]]") , WF P("content", "<![CDATA[abc]]"), NULL, NULL},
+    /* cut by the end of the output: a call with its name is kept, its arguments
+     * left open where they stopped; before that, nothing; never content */
+    {"cut mid name", 1, 0, "Sure.\n<function name=\"get_wea", "Sure.", NULL, NULL},
+    {"cut mid cdata", 1, 0, WF P("path", "a") "<param name=\"content\"><![CDATA[abc", NULL, NULL,
+     "write_file {\"path\":\"a\",\"content\":\"abc (cut)"},
+    {"cut after param", 1, 0, "x " GW P("city", "Paris"), "x", NULL,
+     "get_weather {\"city\":\"Paris\" (cut)"},
+    {"cut at <fun", 1, 0, "Text <fun", "Text", NULL, NULL},
+    {"cut at cdata end", 1, 0, WF P("content", "<![CDATA[abc]]"), NULL, NULL,
+     "write_file {\"content\":\"abc]]</param> (cut)"},
+    {"cut in the terminator", 1, 0, GW P("city", "Paris") "<param name=\"days\">3</par", NULL, NULL,
+     "get_weather {\"city\":\"Paris\",\"days\":\"3 (cut)"},
+    {"cut in cdata's terminator", 1, 0, WF "<param name=\"content\"><![CDATA[a]]b]]> </pa", NULL,
+     NULL, "write_file {\"content\":\"a]]b (cut)"},
+    {"cut after the name", 1, 0, "ok\n" GW, "ok", NULL, "get_weather { (cut)"},
+    {"cut after a call", 1, 0, GW P("city", "Paris") EF "\n" GW "<param name=\"ci", NULL, NULL,
+     "get_weather {\"city\":\"Paris\"}\nget_weather { (cut)"},
     {"functionality", 1, 0, "<functionality is great", "<functionality is great", NULL, NULL},
     {"bad then good", 1, 0, "<function name=\"x\"oops " GW P("city", "Lima") EF, "<function name=\"x\"oops",
      NULL, "get_weather {\"city\":\"Lima\"}"},
     {"empty name", 1, 0, "<function name=\"\"></function>", "<function name=\"\"></function>", NULL, NULL},
     {"junk between params", 1, 0, GW P("city", "A") "junk" EF, GW P("city", "A") "junk" EF, NULL, NULL},
-    {"missing close param", 1, 0, GW "<param name=\"city\">A" EF "\nMore text",
-     GW "<param name=\"city\">A" EF "\nMore text", NULL, NULL},
+    /* a value never closed runs to the end: the output ended inside the call */
+    {"missing close param", 1, 0, GW "<param name=\"city\">A" EF "\nMore text", NULL, NULL,
+     "get_weather {\"city\":\"A</function>\\nMore text (cut)"},
     /* A plain value runs to the first "</param>", whatever it contains. */
     {"nested open", 1, 0, GW "<param name=\"city\">" GW P("city", "B") EF, NULL, NULL,
      "get_weather {\"city\":\"<function name=\\\"get_weather\\\"><param name=\\\"city\\\">B\"}"},
-    {"nested open cdata", 1, 0, GW "<param name=\"city\"><![CDATA[" GW P("city", "B") EF,
-     "<function name=\"get_weather\"><param name=\"city\"><![CDATA[", NULL, "get_weather {\"city\":\"B\"}"},
+    {"nested open cdata", 1, 0, GW "<param name=\"city\"><![CDATA[" GW P("city", "B") EF, NULL, NULL,
+     "get_weather {\"city\":\"<function name=\\\"get_weather\\\"><param name=\\\"city\\\">B"
+     "</param></function> (cut)"},
     {"newline in name", 1, 0, "<function name=\"get\nweather\"></function>",
      "<function name=\"get\nweather\"></function>", NULL, NULL},
     {"too much whitespace", 1, 0,
@@ -282,8 +299,9 @@ static const struct ocase corpus[] = {
     {"single quotes", 1, 0, "<function name='get_weather'></function>", "<function name='get_weather'></function>",
      NULL, NULL},
     {"stray close function", 1, 0, "ok </function> </param> ]]>", "ok </function> </param> ]]>", NULL, NULL},
-    {"cdata unterminated then call", 1, 0, WF P("content", "<![CDATA[a") EF "\n" GW EF,
-     WF P("content", "<![CDATA[a") EF, NULL, "get_weather {}"},
+    {"cdata unterminated then call", 1, 0, WF P("content", "<![CDATA[a") EF "\n" GW EF, NULL,
+     NULL, "write_file {\"content\":\"a</param></function>\\n<function name=\\\"get_weather\\\">"
+     "</function> (cut)"},
 };
 
 /* ---- tests ------------------------------------------------------------------------- */
@@ -465,7 +483,7 @@ MCD_TEST(outparse, long_whitespace_linear)
     json_decref(tools);
 }
 
-/* The same holds without a closing tag: held text is flushed as content. */
+/* Without a closing tag the held call comes out at the end as a cut call. */
 MCD_TEST(outparse, unclosed_call_flushes)
 {
     json_t *tools = tools_json();
@@ -476,8 +494,10 @@ MCD_TEST(outparse, unclosed_call_flushes)
     cr_assert_str_eq(l.items[0].text, "Sure:");
     eng_delta_list_clear(&l);
     cr_assert_eq(eng_outparse_finish(p, &l), 0);
-    cr_assert_eq(l.n, 1);
-    cr_assert_str_eq(l.items[0].text, " " GW "<param name=\"city\">Par");
+    cr_assert_eq(l.n, 1);   /* the cut call, not its markup as text */
+    cr_assert_eq(l.items[0].kind, ENG_DELTA_TOOL_CALL);
+    cr_assert(l.items[0].cut);
+    cr_assert_str_eq(l.items[0].arguments, "{\"city\":\"Par");
     cr_assert(!eng_outparse_saw_tool_call(p));
     eng_delta_list_clear(&l);
     eng_outparse_free(p);

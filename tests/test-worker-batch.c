@@ -1,6 +1,7 @@
 /* Several sequences on one worker (engine/worker/sched.c) on the `deep` pack:
  *   - the model: a batch of several sequences gives each the logits it gets
- *     alone, bit for bit (eng_seqs_embed / eng_seqs_head);
+ *     alone, bit for bit (eng_seqs_embed / eng_seqs_head), and a batch's rows
+ *     of logits (a prompt scored) are decode's, position by position;
  *   - the cpu device batches: 4 requests with different prompts submitted at
  *     once give the tokens and logprobs each gives alone, and they did run in
  *     shared steps;
@@ -31,6 +32,57 @@ static const int32_t *const prompts[] = {p1, p2, p3, p4};
 static const int n_prompts[] = {10, 19, 4, 13};
 
 /* ---- the model ------------------------------------------------------------------------- */
+
+/* A prompt scored in one batch (every position's logits, eng_seq_head_rows, alone
+ * and beside another sequence, eng_seqs_head_rows) gives each position the logits
+ * decode gives it, position by position: bit for bit. */
+MCD_TEST(batch, model_head_rows_equal_decode_position_by_position)
+{
+    char err[512] = "";
+    eng_pack *pack = NULL;
+    cr_assert_eq(eng_pack_open(pack_dir("deep"), &pack, err, sizeof err), 0, "%s", err);
+    eng_model *m = NULL;
+    struct eng_model_opts mo = {.n_threads = 2};
+    cr_assert_eq(eng_model_open(pack, &mo, &m, err, sizeof err), 0, "%s", err);
+    int V = eng_model_get_info(m)->hp.n_vocab, nl = eng_model_get_info(m)->hp.n_layers;
+    enum { N = 19 };
+    eng_seq *dec, *one, *lead, *other;
+    cr_assert_eq(eng_seq_new(m, 64, &dec, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(eng_seq_new(m, 64, &one, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(eng_seq_new(m, 64, &lead, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(eng_seq_new(m, 64, &other, err, sizeof err), 0, "%s", err);
+    float *want = calloc((size_t)N * V, sizeof(float)), *got = calloc((size_t)N * V, sizeof(float));
+    float *got2 = calloc((size_t)N * V, sizeof(float)), *last = calloc((size_t)V, sizeof(float));
+    cr_assert(want && got && got2 && last);
+    for (int t = 0; t < N; t++)   /* decode: one position at a time */
+        cr_assert_eq(eng_seq_forward(dec, &p2[t], 1, want + (size_t)t * V), 0);
+    cr_assert_eq(eng_seq_embed(one, p2, N), 0);
+    cr_assert_eq(eng_seq_layers(one, 0, nl), 0);
+    cr_assert_eq(eng_seq_head_rows(one, got, N), 0, "%s", eng_seq_error(one));
+    cr_assert_eq(memcmp(want, got, (size_t)N * V * sizeof(float)), 0,
+                 "a batch's rows differ from decode's logits");
+    cr_assert_eq(eng_seq_len(one), N);
+    /* beside another sequence that wants its last position only */
+    eng_seq *seqs[2] = {lead, other};
+    const int32_t *toks[2] = {p1, p2};
+    int ns[2] = {10, N}, rows[2] = {1, N};
+    float *lg[2] = {last, got2};
+    cr_assert_eq(eng_seqs_embed(seqs, toks, ns, 2), 0, "%s", eng_seq_error(lead));
+    cr_assert_eq(eng_seq_layers(lead, 0, nl), 0);
+    cr_assert_eq(eng_seqs_head_rows(lead, lg, rows), 0, "%s", eng_seq_error(lead));
+    cr_assert_eq(memcmp(want, got2, (size_t)N * V * sizeof(float)), 0,
+                 "batched rows differ from decode's logits");
+    /* more rows than positions: refused */
+    cr_assert_eq(eng_seq_embed(one, p3, 4), 0);
+    cr_assert_eq(eng_seq_layers(one, 0, nl), 0);
+    cr_assert_eq(eng_seq_head_rows(one, got, 5), -EINVAL);
+    cr_assert_eq(eng_seq_head_rows(one, got, 4), 0, "%s", eng_seq_error(one));
+    free(want), free(got), free(got2), free(last);
+    eng_seq_free(dec), eng_seq_free(one), eng_seq_free(lead), eng_seq_free(other);
+    eng_model_free(m);
+    eng_pack_free(pack);
+}
+
 
 MCD_TEST(batch, model_batch_of_sequences_is_bit_identical_to_each_alone)
 {

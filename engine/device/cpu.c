@@ -3,7 +3,7 @@
  *
  *   EMBED                    eng_seq_embed(tokens, n)
  *   LAYER a, LAYER a+1, …    one eng_seq_layers(a, b) over each consecutive run
- *   HEAD                     eng_seq_head(logits or NULL)
+ *   HEAD                     eng_seq_head_rows(logits or NULL, n_logits)
  *
  * The layers of one step may be cut into any runlists: the sequence remembers how
  * far its batch got, so runlist after runlist continues where the last stopped.
@@ -159,7 +159,7 @@ static void cpu_run_runlist(void *ctx, eng_device_seq *s, const struct eng_runli
             break;
         }
         case ENG_CMD_HEAD:
-            if (eng_seq_head(s->seq, b->logits)) {
+            if (eng_seq_head_rows(s->seq, b->logits, b->n_logits > 1 ? b->n_logits : 1)) {
                 fail(out, s, i, -1);
                 return;
             }
@@ -186,6 +186,7 @@ static void cpu_run_runlist_multi(void *ctx, eng_device_seq *const *ds,
     const int32_t *tokens[ENG_MAX_BATCH];
     int ns[ENG_MAX_BATCH];
     float *logits[ENG_MAX_BATCH];
+    int nrows[ENG_MAX_BATCH];
     if (n > ENG_MAX_BATCH) {
         out->state = ENG_ERT_ERROR;
         out->failed_cmd = 0;
@@ -197,6 +198,7 @@ static void cpu_run_runlist_multi(void *ctx, eng_device_seq *const *ds,
         tokens[i] = b[i].tokens;
         ns[i] = b[i].n_tokens;
         logits[i] = b[i].logits;
+        nrows[i] = b[i].n_logits;
         if (i > 0)   /* only the leader keeps batch buffers */
             eng_seq_trim(seqs[i]);
     }
@@ -218,7 +220,7 @@ static void cpu_run_runlist_multi(void *ctx, eng_device_seq *const *ds,
             rc = eng_seq_layers(lead->seq, cmds[i].layer, cmds[j - 1].layer + 1);
             break;
         case ENG_CMD_HEAD:
-            rc = eng_seqs_head(lead->seq, logits);
+            rc = eng_seqs_head_rows(lead->seq, logits, nrows);
             break;
         default:
             rc = -EINVAL;

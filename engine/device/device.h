@@ -70,6 +70,10 @@ struct eng_batch {
     float *logits;              /* (n_vocab) written by HEAD for the batch's last
                                    position; NULL: HEAD commits the batch to the KV
                                    cache without computing logits */
+    int n_logits;               /* with logits: the rows HEAD writes, one per position
+                                   of the batch's last n_logits (row after row, each
+                                   n_vocab); 0 or 1: the last position only. A prompt
+                                   scored in prefill's batches asks for all of them */
     /* Where the batch sits in its request, for fault matching and messages: */
     enum eng_phase phase;
     int token_index;            /* prefill: the index of the batch's first prompt

@@ -598,19 +598,24 @@ int eng_seq_layers(eng_seq *s, int l_begin, int l_end)
     return 0;
 }
 
-int eng_seq_head(eng_seq *s, float *logits)
+int eng_seq_head(eng_seq *s, float *logits) { return eng_seq_head_rows(s, logits, 1); }
+
+int eng_seq_head_rows(eng_seq *s, float *logits, int rows)
 {
     const eng_model *m = s->m;
     const struct eng_hparams *hp = &m->info.hp;
     if (!s->n || s->next_layer != hp->n_layers || s->nseg)
         return seq_fail(s, -EINVAL, "head before the last layer (batch at layer %d of %d)",
                         s->next_layer, hp->n_layers);
+    if (logits && (rows < 1 || rows > s->n))
+        return seq_fail(s, -EINVAL, "logits of %d positions asked of a batch of %d", rows, s->n);
     if (logits) {
-        /* Only the last position's logits: run the head on a batch of one. */
-        int E = hp->n_embd, last = s->n - 1, n = s->n;
-        struct norm_arg na = {s->x + (size_t)last * E, m->out_norm, E};
-        s->n = 1;
-        norm_tok(s, 0, &na);
+        /* The last `rows` positions' logits: the head on a batch of that many (one
+         * row is decode's case; each row is computed as it would be alone). */
+        int E = hp->n_embd, n = s->n;
+        struct norm_arg na = {s->x + (size_t)(n - rows) * E, m->out_norm, E};
+        s->n = rows;
+        for_tokens(s, norm_tok, &na);
         struct mm_seg seg = {m->lm_head, logits, hp->n_vocab};
         matmul(s, &seg, 1, E);
         s->n = n;
@@ -621,29 +626,37 @@ int eng_seq_head(eng_seq *s, float *logits)
     return 0;
 }
 
-int eng_seqs_head(eng_seq *s, float *const *logits)
+int eng_seqs_head(eng_seq *s, float *const *logits) { return eng_seqs_head_rows(s, logits, NULL); }
+
+int eng_seqs_head_rows(eng_seq *s, float *const *logits, const int *nrows)
 {
     const eng_model *m = s->m;
     const struct eng_hparams *hp = &m->info.hp;
     if (!s->n || s->next_layer != hp->n_layers || !s->nseg)
         return seq_fail(s, -EINVAL, "head of several sequences before the last layer (batch at "
                         "layer %d of %d)", s->next_layer, hp->n_layers);
-    /* The last position of each sequence that wants logits, gathered into rows
-     * 0 .. k-1 of tmp: one lm_head product for all of them (each row is computed
-     * as it would be alone: the kernels are batch-invariant). */
+    /* The last positions of each sequence that wants logits (one, or nrows[i]),
+     * gathered into rows 0 .. k-1 of tmp: one lm_head product for all of them
+     * (each row is computed as it would be alone: the kernels are batch-invariant). */
     int E = hp->n_embd, V = hp->n_vocab, k = 0, end = 0, n = s->n;
     int rows[ENG_MAX_BATCH];
     for (int i = 0; i < s->nseg; i++) {
         end += s->seg_n[i];
-        if (logits[i]) {
-            memcpy(s->tmp + (size_t)k * E, s->x + (size_t)(end - 1) * E, (size_t)E * sizeof(float));
-            rows[i] = k++;
-        }
+        if (!logits[i])
+            continue;
+        int r = nrows && nrows[i] > 1 ? nrows[i] : 1;
+        if (r > s->seg_n[i])
+            return seq_fail(s, -EINVAL, "logits of %d positions asked of a batch of %d", r,
+                            s->seg_n[i]);
+        memcpy(s->tmp + (size_t)k * E, s->x + (size_t)(end - r) * E,
+               (size_t)r * E * sizeof(float));
+        rows[i] = k;
+        k += r;
     }
     if (k > s->hcap) {
         float *h = realloc(s->hlogits, (size_t)k * V * sizeof *h);
         if (!h)
-            return seq_fail(s, -ENOMEM, "out of memory for the logits of %d sequences", k);
+            return seq_fail(s, -ENOMEM, "out of memory for the logits of %d positions", k);
         s->hlogits = h, s->hcap = k;
     }
     if (k) {
@@ -655,7 +668,8 @@ int eng_seqs_head(eng_seq *s, float *const *logits)
         s->n = n;
         for (int i = 0; i < s->nseg; i++)
             if (logits[i])
-                memcpy(logits[i], s->hlogits + (size_t)rows[i] * V, (size_t)V * sizeof(float));
+                memcpy(logits[i], s->hlogits + (size_t)rows[i] * V,
+                       (size_t)(nrows && nrows[i] > 1 ? nrows[i] : 1) * V * sizeof(float));
     }
     for (int i = 0; i < s->nseg; i++)
         s->seg[i]->len += s->seg_n[i];

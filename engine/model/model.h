@@ -85,6 +85,10 @@ void eng_seq_trim(eng_seq *s);
 int eng_seq_embed(eng_seq *s, const int32_t *tokens, int n);
 int eng_seq_layers(eng_seq *s, int l_begin, int l_end);
 int eng_seq_head(eng_seq *s, float *logits /* n_vocab */);
+/* eng_seq_head with the logits of the batch's last `rows` positions (1 .. n), row
+ * after row (rows * n_vocab floats): a prompt scored in prefill's batches. Each row
+ * is the number decode would give for that position (batch invariance). */
+int eng_seq_head_rows(eng_seq *s, float *logits, int rows);
 const char *eng_seq_error(const eng_seq *s);
 
 /* Several sequences' batches as one (continuous batching): seqs[0] leads and
@@ -99,6 +103,9 @@ const char *eng_seq_error(const eng_seq *s);
  * reported on the leader (eng_seq_error(seqs[0])). */
 int eng_seqs_embed(eng_seq *const *seqs, const int32_t *const *tokens, const int *n, int nseq);
 int eng_seqs_head(eng_seq *lead, float *const *logits);
+/* The same with nrows[i] (>= 1; NULL: all 1) rows for sequence i: its last
+ * nrows[i] positions' logits, row after row. */
+int eng_seqs_head_rows(eng_seq *lead, float *const *logits, const int *nrows);
 
 /* dst's KV cache becomes src's first n positions (bytes copied: the same as
  * computing them), dst's length n: requests with the same prompt (`n` > 1

@@ -274,6 +274,64 @@ static char *call_arguments(const struct call *c)
     return b.p;
 }
 
+/* Where the value at s[vs, n) ends when the output stopped inside it: before a
+ * tail that may be the start of its terminator ("</param>"; in CDATA "]]>", then
+ * whitespace and "</param>"), which is markup, not value. */
+static size_t cut_value_end(const char *s, size_t vs, size_t n, bool cdata)
+{
+    const char *term = cdata ? "]]>" : "</param>";
+    size_t tl = strlen(term);
+    if (cdata) {   /* "]]>" + whitespace + a start of "</param>" up to the end */
+        for (size_t i = n; i >= vs + 3; i--) {
+            if (memcmp(s + i - 3, "]]>", 3) != 0)
+                continue;
+            size_t at = i;
+            while (at < n && eng__outparse_is_ws(s[at]))
+                at++;
+            if (n - at < 8 && memcmp(s + at, "</param>", n - at) == 0)
+                return i - 3;
+            break;
+        }
+    }
+    for (size_t k = tl - 1; k > 0; k--)
+        if (n - vs >= k && memcmp(s + n - k, term, k) == 0)
+            return n - k;
+    return n;
+}
+
+/* The arguments of a call the output cut (its name complete): the JSON text of
+ * what was written, left open where the output stopped, as an API that streams
+ * arguments leaves them: {"a":1,"b":"tex */
+static char *call_cut_arguments(const struct call *c, const char *s, size_t n)
+{
+    ut_buf b = {0};
+    char *whole = call_arguments(c), *k = NULL, *v = NULL;
+    int rc = whole ? ut_buf_add(&b, whole, strlen(whole) - 1) : -ENOMEM;  /* not the '}' */
+    if (rc == 0 && c->phase == P_VALUE && c->key) {
+        size_t vs = c->mode == V_CDATA ? c->cstart : c->vstart;
+        size_t ve = c->mode == V_UNKNOWN ? vs : cut_value_end(s, vs, n, c->mode == V_CDATA);
+        k = eng__outparse_json_quote(c->key, strlen(c->key));
+        v = k ? eng__outparse_json_quote(s + vs, ve - vs) : NULL;
+        rc = v ? 0 : -ENOMEM;
+        if (rc == 0 && c->nargs)
+            rc = ut_buf_add(&b, ",", 1);
+        if (rc == 0)
+            rc = ut_buf_add(&b, k, strlen(k));
+        if (rc == 0)
+            rc = ut_buf_add(&b, ":", 1);
+        if (rc == 0)
+            rc = ut_buf_add(&b, v, strlen(v) - 1);   /* the string left open */
+    }
+    free(whole);
+    free(k);
+    free(v);
+    if (rc != 0) {
+        free(b.p);
+        return NULL;
+    }
+    return b.p ? b.p : eng__outparse_dup("{", 1);
+}
+
 /* ---- tool-call markup ------------------------------------------------------------ */
 
 /* Each step matches at *at in s[0, n): R_OK (and advances), R_NEED (the text ends
@@ -451,6 +509,32 @@ static int match_tag(const eng_outparse *p, const char *s, size_t n, bool eof)
     return TAG_NONE;
 }
 
+/* The output ended inside the call at call_start: with its name written, it is a
+ * call cut short (its arguments as far as they got); before that, nothing. Never
+ * content: the markup is not text. */
+static int cut_call(eng_outparse *p, struct eng_delta_list *out)
+{
+    if (p->call.phase != P_HEAD) {
+        char *args = call_cut_arguments(&p->call, p->buf.p + p->call_start,
+                                        p->buf.n - p->call_start);
+        struct eng_delta *d = args ? delta_push(out) : NULL;
+        if (!d) {
+            free(args);
+            return -ENOMEM;
+        }
+        d->kind = ENG_DELTA_TOOL_CALL;
+        d->index = p->n_calls;
+        d->name = p->call.name;
+        d->arguments = args;
+        d->cut = true;
+        p->call.name = NULL;
+    }
+    p->pos = p->buf.n;
+    call_reset(&p->call);
+    p->in_call = false;
+    return 0;
+}
+
 /* The call at call_start is decided: emit it, or its first byte as content. */
 static int end_call(eng_outparse *p, struct eng_delta_list *out, size_t first, int r, size_t end)
 {
@@ -494,6 +578,8 @@ static int run(eng_outparse *p, struct eng_delta_list *out, size_t first, bool e
                 return r;
             if (r == R_NEED && !eof)
                 return 0;
+            if (r == R_NEED)
+                return cut_call(p, out);
             if ((r = end_call(p, out, first, r == R_NEED ? R_BAD : r, end)) != 0)
                 return r;
             continue;
@@ -529,6 +615,10 @@ static int run(eng_outparse *p, struct eng_delta_list *out, size_t first, bool e
                     return -ENOMEM;
                 p->pos = n;
             }
+            return 0;
+        }
+        if (eof && p->tools_on && !p->think && n - j < 9 && memcmp(b + j, "<function", n - j) == 0) {
+            p->pos = n;   /* a call cut in its first tag: markup, not text */
             return 0;
         }
         switch (match_tag(p, b + j, n - j, eof)) {

@@ -232,11 +232,58 @@ static int grammar_step(struct gen *g, int32_t id)
     return 0;
 }
 
+/* One TOKEN event for prompt token `pos`, scored by `row` (NULL: the first, which
+ * nothing scores). */
+static void emit_prompt_token(struct gen *g, int pos, const float *row)
+{
+    struct eng_worker *w = g->w;
+    eng_gen_req *r = g->r;
+    struct eng_top_logprob top[UT_MAX_TOP_LOGPROBS];
+    struct eng_event ev = {.kind = ENG_EVENT_TOKEN, .req = r, .user = r->user};
+    ev.token.id = g->ids[pos];
+    ev.token.text = "";
+    ev.token.index = pos;
+    ev.token.prompt = true;
+    if (row) {
+        ev.token.has_logprob = true;
+        ev.token.logprob = eng_logprobs(row, w->n_vocab, g->ids[pos], top, r->top_logprobs);
+        ev.token.top = top;
+        ev.token.n_top = r->top_logprobs;
+    }
+    w->emit(w->emit_ctx, &ev);
+}
+
+void eng__gen_score(struct gen *g, int begin, int n, bool want)
+{
+    struct eng_worker *w = g->w;
+    size_t V = (size_t)w->n_vocab;
+    if (begin == 0 && g->n_scored == 0) {
+        emit_prompt_token(g, 0, NULL);
+        g->n_scored = 1;
+    }
+    /* Row t holds the logits at position begin + t: they score the token after it. */
+    for (int t = 0; t < n; t++) {
+        int pos = begin + t + 1;
+        const float *row = g->plogits + (size_t)t * V;
+        if (pos < g->n_prompt && pos == g->n_scored) {
+            emit_prompt_token(g, pos, row);
+            g->n_scored++;
+        } else if (pos == g->n_prompt && want) {
+            memcpy(g->slot->logits, row, V * sizeof *row);
+            g->have_logits = true;
+        }
+    }
+}
+
 bool eng__gen_sample(struct gen *g)
 {
     struct eng_worker *w = g->w;
     eng_gen_req *r = g->r;
     float *logits = g->slot->logits;
+    if (r->prompt_only) {   /* the prompt was all that was asked */
+        eng__gen_done(g, ENG_FINISH_LENGTH);
+        return true;
+    }
     if (r->logprobs)
         memcpy(w->raw_logits, logits, (size_t)w->n_vocab * sizeof *logits);
     int allowed = g->gm_on ? eng_gram_matcher_apply(g->gm, logits, w->n_vocab) : 1;
@@ -368,6 +415,7 @@ static int check_request(struct gen *g, char *msg, size_t len)
 
 static void gen_free(struct gen *g)
 {
+    free(g->plogits);
     eng_detok_free(g->detok);
     eng_gram_matcher_free(g->gm);
     eng_sampler_free(g->sampler);
@@ -441,7 +489,14 @@ struct gen *eng__gen_start(struct eng_worker *w, eng_gen_req *r)
         atomic_store_explicit(&w->m.device_down, false, memory_order_relaxed);
     }
     eng_sampler_accept_prompt(g->sampler, r->prompt, r->n_prompt);
+    if (r->prompt_logprobs &&
+        !(g->plogits = malloc((size_t)SCORE_ROWS * (size_t)w->n_vocab * sizeof *g->plogits))) {
+        emit_error(g, -ENOMEM, true, false, "out of memory for the prompt's logits");
+        goto ended;
+    }
     g->slot = pick_slot(w, r, &g->n_cached);
+    if (r->prompt_logprobs)   /* every position's logits are wanted: none is skipped */
+        g->n_cached = 0;
     g->slot->busy = true;
     g->slot->used = ++w->n_runs;
     g->ids = g->slot->ids;

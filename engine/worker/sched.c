@@ -59,6 +59,7 @@ struct item {
     struct eng_batch b;
     struct eng_prefill_chunk pc;
     bool prefill, want;
+    bool score;             /* a scored prompt's chunk: the logits of all its positions */
     bool failed;
 };
 
@@ -92,6 +93,8 @@ static bool plan_item(struct gen *g, int *budget, struct item *it)
             return false;
         if (*budget > 0 && pc->n_tokens > *budget)
             pc->n_tokens = *budget;
+        if (g->plogits && pc->n_tokens > SCORE_ROWS)
+            pc->n_tokens = SCORE_ROWS;
         if (*budget > 0)
             *budget -= pc->n_tokens;
         pc->last = pc->token_begin + pc->n_tokens == g->n_prompt;
@@ -109,6 +112,11 @@ static bool plan_item(struct gen *g, int *budget, struct item *it)
                                    .token_index = g->n_fed - g->n_prompt};
     }
     it->b.logits = it->want ? g->slot->logits : NULL;
+    if (it->prefill && g->plogits) {
+        it->score = true;
+        it->b.logits = g->plogits;
+        it->b.n_logits = it->b.n_tokens;
+    }
     it->b.cancel = &g->r->cancel;
     return true;
 }
@@ -118,7 +126,11 @@ static void item_done(struct item *it)
 {
     struct gen *g = it->g;
     g->n_fed += it->b.n_tokens;
-    if (it->want) {
+    if (it->score) {
+        eng__gen_score(g, it->b.token_index, it->b.n_tokens, it->want);
+        if (g->have_logits && !g->t_prompt_done)
+            g->t_prompt_done = ut_now_us();
+    } else if (it->want) {
         g->have_logits = true;
         if (it->prefill && !g->t_prompt_done)
             g->t_prompt_done = ut_now_us();
@@ -308,7 +320,7 @@ static void step(struct eng_worker *w)
 static void find_leader(struct eng_worker *w, struct gen *g)
 {
     int share = g->n_prompt - 1;
-    if (!eng_device_can_copy(w->dev) || g->n_cached >= share)
+    if (!eng_device_can_copy(w->dev) || g->n_cached >= share || g->plogits)
         return;
     for (int i = 0; i < w->n_active; i++) {
         struct gen *a = w->active[i];

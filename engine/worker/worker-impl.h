@@ -27,6 +27,7 @@ struct eng_gen_req {
     int n_stop;
     bool logprobs;
     int top_logprobs;
+    bool prompt_logprobs, prompt_only;
     eng_grammar *grammar;         /* a reference, or NULL */
     bool grammar_after_think;
     void *user;
@@ -67,6 +68,10 @@ struct worker_slot {
     bool busy;                    /* a sequence runs on it */
 };
 
+/* Positions per prefill batch of a prompt being scored (prompt_logprobs): their
+ * logits are kept until reported, SCORE_ROWS * n_vocab floats. */
+#define SCORE_ROWS 64
+
 /* One running sequence (a request on its slot); gen.c's story. */
 struct gen {
     struct eng_worker *w;
@@ -80,6 +85,9 @@ struct gen {
     int32_t *ids;                /* slot->ids */
     int n_prompt, n_gen, n_fed;
     int n_cached;                /* prompt positions reused from the KV cache */
+    float *plogits;              /* prompt_logprobs: (SCORE_ROWS, n_vocab) the logits of
+                                    a prompt chunk's positions */
+    int n_scored;                /* prompt tokens reported so far */
     bool have_logits;            /* slot->logits hold the next token's logits */
     bool ended;                  /* its final event was emitted */
     bool succeeded;              /* ended in stop or length */
@@ -169,6 +177,12 @@ struct gen *eng__gen_start(struct eng_worker *w, eng_gen_req *r);
 /* Sample the next token from the slot's logits and report it. Returns true when
  * the request has ended (its final event emitted). */
 bool eng__gen_sample(struct gen *g);
+
+/* A prompt chunk of a scored prompt ran: g->plogits hold the logits of positions
+ * begin .. begin+n-1; report the prompt tokens they score (once each, also after a
+ * replay) and, for the prompt's last chunk with `want`, keep the next token's
+ * logits. */
+void eng__gen_score(struct gen *g, int begin, int n, bool want);
 
 /* The final DONE event (stop, length or cancelled). */
 void eng__gen_done(struct gen *g, enum eng_finish finish);

@@ -129,7 +129,9 @@ int eng_gen_req_new(const struct eng_gen_params *p, eng_gen_req **out, char *err
         r->stop_len[i] = len;
     }
     r->logprobs = p->logprobs;
-    r->top_logprobs = p->logprobs ? p->top_logprobs : 0;
+    r->top_logprobs = p->logprobs || p->prompt_logprobs ? p->top_logprobs : 0;
+    r->prompt_logprobs = p->prompt_logprobs;
+    r->prompt_only = p->prompt_only;
     r->grammar = eng_grammar_ref(p->grammar);
     r->grammar_after_think = p->grammar_after_think;
     r->user = p->user;

@@ -67,7 +67,7 @@ static void frame(const struct api_chat_req *r, const struct api_messages_opts *
         return;
     struct api_chat_ident ci;
     api_chat_ident_init(&ci, r->model ? r->model : "m", "1", "cpu", false);
-    struct api_tool_call call = {NULL, text, text};
+    struct api_tool_call call = {NULL, text, text, text[0] == '{'};
     struct api_chat_result res = {.content = text, .reasoning = text, .tool_calls = &call,
                                   .n_tool_calls = 1, .finish = API_FINISH_STOP,
                                   .usage = {3, 2, 1, 1}};
@@ -75,7 +75,7 @@ static void frame(const struct api_chat_req *r, const struct api_messages_opts *
         f->stopped(f->ctx, r->n_stop - 1);
     must_json(f->body(f->ctx, &ci, &res), false);
     must_json(f->start(f->ctx, &ci), true);
-    struct api_tool_call_delta tc = {0, NULL, text, text};
+    struct api_tool_call_delta tc = {0, NULL, text, text, true};
     struct api_chat_delta d[] = {{.reasoning = text}, {.content = text},
                                  {.tool_calls = &tc, .n_tool_calls = 1}};
     for (size_t i = 0; i < sizeof d / sizeof *d; i++) {

@@ -3,7 +3,8 @@
  * the rest is the model's output. The output is parsed in one piece, in two pieces
  * cut at that position, and one byte at a time; the three results must agree (the
  * concatenated content and reasoning, and the tool calls), and every delta must be
- * non-empty valid UTF-8 and every arguments string a JSON object. Any difference
+ * non-empty valid UTF-8 and every arguments string a JSON object (a cut call's, the
+ * last delta, one left open: not JSON, starting with '{'). Any difference
  * aborts, so libFuzzer saves the input. */
 #include "tests/utf8.h"
 #include "engine/outparse.h"
@@ -54,9 +55,10 @@ static void drain(struct acc *a, struct eng_delta_list *l, int *ncalls)
             check("tool call index", d->index == *ncalls);
             check("invalid UTF-8 in a tool call", mcd_utf8_valid(d->name) && mcd_utf8_valid(d->arguments));
             json_t *j = json_loads(d->arguments, 0, NULL);
-            check("arguments are not a JSON object", json_is_object(j));
+            check("arguments are not a JSON object", d->cut ? !j && d->arguments[0] == '{'
+                                                            : json_is_object(j));
             json_decref(j);
-            (*ncalls)++;
+            *ncalls += !d->cut;
             acc_put(a, 2, d->name, strlen(d->name));
             acc_put(a, 2, "\x01", 1);
             acc_put(a, 2, d->arguments, strlen(d->arguments));

@@ -232,6 +232,53 @@ def json_object_parses_as_objects():
     stop_ok(d)
 
 
+@test
+def llama_cpp_schema_fields_validate():
+    """llama.cpp's top-level `json_schema` and a `schema` inside {"type":
+    "json_object"}: enforced on chat and on completions (streamed and not), every
+    answer that stops validates; with `grammar` or a JSON response_format beside
+    them, a 400."""
+    d = pack_daemon()
+    schema = SCHEMAS["enum_and_bounds"]
+    asks = [{"json_schema": schema},
+            {"response_format": {"type": "json_object", "schema": schema}}]
+    stopped = 0
+    for k, ask in enumerate(asks):
+        for i in range(6):
+            stream = i % 2 == 1
+            if i < 3:
+                content, finish, used, _ = answer(d, stream, seed=i, **ask)
+            else:
+                b = {"model": PACK, "prompt": "JSON:", "temperature": 1.0, "seed": i,
+                     "max_tokens": MAX_TOKENS, "stream": stream}
+                b.update(ask)
+                r = d.post("/v1/completions", data=json.dumps(b), headers=JSON, timeout=120)
+                eq(r.status, 200, "completions: %r" % r.body[:300])
+                if stream:
+                    content, finish, used = "", None, None
+                    for block in r.body.decode("utf-8").split("\n\n"):
+                        line = block.strip()
+                        if line.startswith("data: {"):
+                            for c in json.loads(line[6:]).get("choices", []):
+                                content += c.get("text") or ""
+                                finish = c.get("finish_reason") or finish
+                else:
+                    j = r.json()
+                    content, finish = j["choices"][0]["text"], j["choices"][0]["finish_reason"]
+                    used = j["usage"]["completion_tokens"]
+            stopped += check_content("%s #%d" % (list(ask)[0], i), schema, content, finish, used)
+    eq(stopped, 12, "answers that stopped")
+    refused(d, "json_schema", ["grammar"], json_schema=schema, grammar='root ::= "a"\n')
+    refused(d, "json_schema", ["response_format"], json_schema=schema,
+            response_format={"type": "json_object"})
+    refused(d, "json_schema", ["expected an object"], json_schema="{}")
+    refused(d, "response_format.schema", ["expected an object"],
+            response_format={"type": "json_object", "schema": []})
+    refused(d, "json_schema", ["'uniqueItems'"],
+            json_schema={"type": "array", "uniqueItems": True})
+    stop_ok(d)
+
+
 def validate_call(call, tools):
     byname = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
     check(call["name"] in byname, "a call to an unknown function: %r", call)

@@ -70,9 +70,18 @@ def sdk_completions_stream():
 
 
 @test
+def sdk_completions_echo():
+    """echo with logprobs: the prompt's tokens and logprobs first (the first null),
+    streamed and not the same; max_tokens 0 scores the prompt alone; a list of 8
+    prompts gives 8 choices in order."""
+    node("sdk-completions.mjs", "echo", "/v1")
+
+
+@test
 def sdk_completions_errors():
-    """suffix, several prompts, echo with logprobs, n 2, logprobs 6, max_tokens 0: 400
-    naming the param (BadRequestError); an unknown model: NotFoundError."""
+    """suffix, 9 prompts, several prompts streamed, n 2, logprobs 6, max_tokens 0
+    without echo: 400 naming the param (BadRequestError); an unknown model:
+    NotFoundError."""
     node("sdk-completions.mjs", "errors", "/v1")
 
 

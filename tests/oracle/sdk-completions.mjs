@@ -112,8 +112,9 @@ if (scenario === 'nonstream') {
   check(fin.length === 1 && fin[0].finish_reason === 'length', `one finish_reason: ${J(fin)}`);
   console.log('ok: stream with echo and include_usage');
 } else if (scenario === 'errors') {
-  for (const [params, param] of [[{ suffix: 'x' }, 'suffix'], [{ prompt: ['a', 'b'] }, 'prompt'],
-                                 [{ echo: true, logprobs: 1 }, 'echo'], [{ n: 2 }, 'n'],
+  for (const [params, param] of [[{ suffix: 'x' }, 'suffix'],
+                                 [{ prompt: Array(9).fill('a') }, 'prompt'],
+                                 [{ prompt: ['a', 'b'], stream: true }, 'stream'], [{ n: 2 }, 'n'],
                                  [{ logprobs: 6 }, 'logprobs'], [{ max_tokens: 0 }, 'max_tokens']]) {
     let err;
     try {
@@ -131,7 +132,48 @@ if (scenario === 'nonstream') {
     err = e;
   }
   check(err instanceof OpenAI.NotFoundError, `unknown model: ${err?.constructor?.name}`);
-  console.log('ok: BadRequestError for suffix, several prompts, echo+logprobs, n, logprobs, max_tokens 0; NotFoundError');
+  console.log('ok: BadRequestError for suffix, 9 prompts, several prompts streamed, n, logprobs, max_tokens 0 without echo; NotFoundError');
+} else if (scenario === 'echo') {
+  // The prompt's own logprobs: its tokens first (the first one's logprob and top
+  // alternatives null), then the completion's; streamed and not the same.
+  const ids = await fetch(baseURL.replace(/\/v1\/?$/, '') + '/tokenize', {
+    method: 'POST', headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${apiKey}` },
+    body: J({ content: 'abc', add_special: true }) }).then((x) => x.json());
+  const n = ids.tokens.length;
+  const p = { ...base, prompt: 'abc', max_tokens: 3, logprobs: 2, echo: true };
+  const r = await client.completions.create(p);
+  const c = checkCompletion(r, 'echo+logprobs');
+  const lp = c.logprobs;
+  check(r.usage.prompt_tokens === n && r.usage.completion_tokens === 3, `usage ${J(r.usage)}`);
+  for (const key of ['tokens', 'token_logprobs', 'top_logprobs', 'text_offset'])
+    check(lp[key].length === n + 3, `${key}: ${J(lp[key])}, want ${n} + 3 entries`);
+  check(lp.token_logprobs[0] === null && lp.top_logprobs[0] === null, `first token: ${J(lp)}`);
+  check(lp.token_logprobs.slice(1).every((x) => isNum(x) && x <= 0), `token_logprobs ${J(lp.token_logprobs)}`);
+  check(lp.top_logprobs.slice(1).every((m) => Object.keys(m).length >= 1 && Object.keys(m).length <= 2 &&
+                                              Object.values(m).every(isNum)), `top_logprobs ${J(lp.top_logprobs)}`);
+  check(c.text.startsWith('abc') && lp.text_offset[0] === 0, `text ${J(c.text)} offsets ${J(lp.text_offset)}`);
+  // the generated part is what the same request without echo generates, numbers included
+  const plain = (await client.completions.create({ ...p, echo: false })).choices[0];
+  check(c.text === 'abc' + plain.text, `echo text ${J(c.text)} vs ${J(plain.text)}`);
+  check(plain.logprobs.token_logprobs.every((x, i) => Math.abs(x - lp.token_logprobs[n + i]) < 1e-4),
+        `completion logprobs ${J(plain.logprobs.token_logprobs)} vs ${J(lp.token_logprobs.slice(n))}`);
+  const chunks = await collect(p);
+  const lps = chunks.flatMap((ch) => ch.choices.flatMap((x) => x.logprobs?.token_logprobs ?? []));
+  check(lps.length === n + 3 && lps[0] === null &&
+        lps.slice(1).every((x, i) => Math.abs(x - lp.token_logprobs[i + 1]) < 1e-4), `streamed ${J(lps)}`);
+  // max_tokens 0: the prompt alone
+  const z = (await client.completions.create({ ...p, max_tokens: 0 })).choices[0];
+  check(z.text === 'abc' && z.finish_reason === 'length' && z.logprobs.tokens.length === n &&
+        z.logprobs.token_logprobs.every((x, i) => x === lp.token_logprobs[i]), `max_tokens 0: ${J(z)}`);
+  // a list of prompts: one choice each, in order
+  const prompts = ['a', 'bb', 'abc', 'cab', 'ba', 'c', 'aab', 'bca'];
+  const many = await client.completions.create({ ...p, prompt: prompts, max_tokens: 2 });
+  check(many.choices.length === 8 && many.choices.every((x, i) => x.index === i && x.text.startsWith(prompts[i])),
+        `8 prompts: ${J(many.choices.map((x) => [x.index, x.text]))}`);
+  const one = (await client.completions.create({ ...p, prompt: 'cab', max_tokens: 2 })).choices[0];
+  check(J(one.logprobs.token_logprobs) === J(many.choices[3].logprobs.token_logprobs) && one.text === many.choices[3].text,
+        `choice 3 is prompt 3 alone: ${J(one)} vs ${J(many.choices[3])}`);
+  console.log('ok: echo with logprobs (prompt first, null first), streamed the same, max_tokens 0, 8 prompts in order');
 } else {
   console.error('unknown scenario ' + scenario);
   process.exit(2);

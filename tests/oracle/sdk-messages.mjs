@@ -259,19 +259,24 @@ if (scenario === 'create_stream') {
   checkMessage(await client.messages.create({ ...base, max_tokens: 4, messages: msgs }), 'x-api-key');
   console.log('ok: BadRequestError, NotFoundError, AuthenticationError in Anthropic\'s shape; x-api-key and Bearer');
 } else if (scenario === 'cut') {
-  // A forced call cut by max_tokens: no markup in any text block, streamed or not.
-  let cut = 0;
-  for (let n = 1; n <= 24; n++) {
+  // A forced call cut by max_tokens: no markup in any text block, streamed or not;
+  // the cut call is a tool_use block with the input as far as it was whole.
+  let cut = 0, kept = 0;
+  for (let n = 2; n <= 24; n += 2) {
     const body = { ...base, max_tokens: n, tools: [WEATHER], tool_choice: { type: 'tool', name: 'get_weather' },
                    messages: [{ role: 'user', content: data.ask }] };
     const m = await client.messages.create(body);
     checkMessage(m, `max_tokens ${n}`);
     const fm = await client.messages.stream(body).finalMessage();
     checkMessage(fm, `streamed max_tokens ${n}`);
-    if (m.stop_reason === 'max_tokens') cut++;
+    check(same(fm, m), `max_tokens ${n}: streamed ${J(fm.content)} vs ${J(m.content)}`);
+    if (m.stop_reason === 'max_tokens') {
+      cut++;
+      kept += toolUses(m).length > 0;
+    }
   }
   check(cut >= 5, `only ${cut} answers were cut`);
-  console.log(`ok: ${cut} forced calls cut by max_tokens, no markup in text, streamed or not`);
+  console.log(`ok: ${cut} forced calls cut by max_tokens (${kept} kept as a tool_use block), no markup in text, streamed the same`);
 } else {
   check(false, `unknown scenario ${scenario}`);
 }

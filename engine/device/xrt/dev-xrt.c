@@ -428,7 +428,7 @@ static void x_run_runlist(void *ctx, eng_device_seq *seq, const struct eng_runli
         fail(x, out, ENG_ERT_ERROR, 0, m);
         return;
     }
-    if (b->n_tokens != 1) {
+    if (b->n_tokens != 1 || b->n_logits > 1) {
         fail(x, out, ENG_ERT_ERROR, 0, "the xrt device runs one position per batch");
         return;
     }
