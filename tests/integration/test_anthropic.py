@@ -91,7 +91,7 @@ def anthropic_create_stream():
 def anthropic_tool_round_trip():
     """get_weather called with the city asked, and the result answered, streamed
     and not; tool_choice any / tool / none."""
-    scenario("tools", {"weather": weather(random.Random(SEED + 1), 4)})
+    scenario("tools", {"weather": weather(random.Random(SEED + 1), 3)})
 
 
 @test
@@ -99,7 +99,7 @@ def anthropic_thinking():
     """thinking enabled: a thinking block and the right sum; disabled: none."""
     r = random.Random(SEED + 2)
     arith = []
-    for _ in range(3):
+    for _ in range(2):
         q, _a, _w, c = corpus.arith(r, True)
         arith.append({"ask": q, "expect": c})
     scenario("thinking", {"arith": arith})
