@@ -25,7 +25,8 @@ sys.path.insert(0, HERE)
 ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "tools", "train"))
 
-from harness import Daemon, Skip, check, run_main, stop_ok, test, wait_ready  # noqa: E402
+from harness import (Daemon, Skip, check, generated_pack, run_main, stop_ok, test,  # noqa: E402
+                     wait_ready)
 import corpus  # noqa: E402
 
 ORACLE = os.path.join(ROOT, "tests", "oracle")
@@ -34,8 +35,8 @@ SEED = 31
 KEY = "anthropic-key"
 
 
-def demo_daemon(args=()):
-    p = os.environ.get("MINICPMD_DEMO_PACK")
+def demo_daemon(args=(), pack=None):
+    p = pack or os.environ.get("MINICPMD_DEMO_PACK")
     if not p or not os.path.isdir(p):
         raise Skip("MINICPMD_DEMO_PACK is not set (meson test sets it to build/demo-pack)")
     if not os.path.isdir(os.path.join(ORACLE, "node_modules", "@anthropic-ai", "sdk")):
@@ -50,8 +51,8 @@ def demo_daemon(args=()):
     return d
 
 
-def scenario(name, data=None, args=()):
-    d = demo_daemon(args)
+def scenario(name, data=None, args=(), pack=None):
+    d = demo_daemon(args, pack)
     t0 = time.monotonic()
     try:
         out = subprocess.run(["node", os.path.join(ORACLE, "sdk-messages.mjs"), name, d.url(""),
@@ -121,6 +122,15 @@ def anthropic_cut_call_no_markup():
     """A forced get_weather call cut by max_tokens 1..24: no tool-call markup in any
     text block, streamed or not."""
     scenario("cut", {"ask": weather(random.Random(SEED + 4), 1)[0]["ask"]})
+
+
+@test
+def anthropic_device_error():
+    """A device fault (the sim's runlists time out): api_error keeping the fault's
+    fields, whole and as a stream's error event."""
+    scenario("device_error", args=["--device", "sim", "--sim-runlist-limit", "36",
+                                   "--sim-timeout-ms", "300", "--runlist-layers", "all"],
+             pack=generated_pack("deep"))
 
 
 if __name__ == "__main__":

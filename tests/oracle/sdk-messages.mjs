@@ -287,6 +287,31 @@ if (scenario === 'create_stream') {
   }
   check(cut >= 4, `only ${cut} answers were cut`);
   console.log(`ok: ${cut} forced calls cut by max_tokens (${kept} kept as a tool_use block), no markup in text, streamed the same`);
+} else if (scenario === 'device_error') {
+  // A device fault (the sim's runlists time out): api_error with the fault's fields,
+  // whole (InternalServerError) or as the stream's error event (APIError).
+  const msgs = [{ role: 'user', content: 'Hello' }];
+  let e;
+  try {
+    await client.messages.create({ ...base, max_tokens: 4, messages: msgs });
+  } catch (x) {
+    e = x;
+  }
+  check(e instanceof Anthropic.InternalServerError && (e.status === 500 || e.status === 503),
+        `device fault: ${e?.constructor?.name} ${e?.status} ${e?.message}`);
+  const err = e.error?.error;
+  check(e.error?.type === 'error' && err?.type === 'api_error' && err.phase === 'prefill' &&
+        err.ert_state === 8 && err.layer_first === 0 && typeof err.message === 'string',
+        `device error body ${J(e.error)}`);
+  let got = 0, se;
+  try {
+    for await (const ev of await client.messages.create({ ...base, max_tokens: 4, messages: msgs, stream: true })) got++;
+  } catch (x) {
+    se = x;
+  }
+  check(se instanceof Anthropic.APIError && se.error?.error?.type === 'api_error' && se.error.error.ert_state === 8,
+        `stream: ${se?.constructor?.name} ${J(se?.error)} after ${got} events`);
+  console.log(`ok: device fault: ${e.status} api_error with ert_state ${err.ert_state}; streamed: an error event after ${got} event(s)`);
 } else {
   check(false, `unknown scenario ${scenario}`);
 }
