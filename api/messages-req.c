@@ -627,6 +627,32 @@ static int map_scalars(const json_t *body, bool count, long long *max_tokens, js
     return api__copy(chat, "user", user, bad);
 }
 
+/* The chat fields this translation writes, by the Anthropic fields they came from. */
+static const struct api_param_name param_names[] = {
+    {"response_format.json_schema.schema", "output_config.format.schema"},
+    {"response_format", "output_config.format"},
+    {"stop", "stop_sequences"},
+    {"user", "metadata.user_id"},
+    {"chat_template_kwargs.enable_thinking", "thinking"},
+};
+
+void api_messages_rename(struct api_err *e)
+{
+    unsigned n;
+    int at = 0;
+    if (sscanf(e->param, "tools[%u].function.%n", &n, &at) == 1 && at > 0) {
+        /* tools[i].function.parameters… -> tools.i.input_schema…, .name -> .name */
+        const char *rest = e->param + at;
+        bool params = strncmp(rest, "parameters", 10) == 0;
+        char p[API_ERR_PARAM_SIZE];
+        snprintf(p, sizeof p, "tools.%u.%s%s", n, params ? "input_schema" : "",
+                 params ? rest + 10 : rest);
+        api_err_set_param(e, p);
+        return;
+    }
+    api_err_rename(e, param_names, sizeof param_names / sizeof *param_names);
+}
+
 int api_messages_translate(const json_t *body, bool count_tokens, json_t **chat,
                            struct api_messages_opts *opts, struct api_err *bad)
 {

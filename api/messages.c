@@ -362,7 +362,9 @@ static char *m_end(void *ctx, const struct api_chat_ident *ci, enum api_finish_r
 static char *m_error(void *ctx, const struct api_err *e, bool stream)
 {
     (void)ctx;
-    return stream ? api_messages_err_event(e) : api_messages_err_body(e);
+    struct api_err named = *e;   /* a refusal of the translated request: its field */
+    api_messages_rename(&named);
+    return stream ? api_messages_err_event(&named) : api_messages_err_body(&named);
 }
 
 struct api_chat_format *api_messages_format_new(const struct api_chat_req *req,

@@ -62,6 +62,13 @@ struct api_messages_opts {
 int api_messages_translate(const json_t *body, bool count_tokens, json_t **chat,
                            struct api_messages_opts *opts, struct api_err *bad);
 
+/* A refusal of the translated chat request (api_chat_req_parse, the grammar, the
+ * template) named by the Anthropic field the chat one came from, in `param` and
+ * in the message's quoted mentions: response_format.json_schema.schema ->
+ * output_config.format.schema, tools[i].function.parameters -> tools.i.input_schema,
+ * stop -> stop_sequences, user -> metadata.user_id. */
+void api_messages_rename(struct api_err *e);
+
 /* The Message framing of one request: `req` (borrowed: it outlives every call but
  * the free) names the stop strings and max_tokens. NULL when out of memory; free
  * with api_messages_format_free(format->ctx). */

@@ -299,8 +299,8 @@ int srv_h_messages_count_tokens(srv_request *req, struct srv_response *resp)
     struct api_messages_opts opts;
     json_t *chat = NULL;
     int rc = api_messages_translate(j->root, true, &chat, &opts, &bad);
-    if (rc == 0)
-        rc = api_chat_req_parse(chat, &lim, &j->creq, &bad);
+    if (rc == 0 && (rc = api_chat_req_parse(chat, &lim, &j->creq, &bad)) != 0)
+        api_messages_rename(&bad);
     json_decref(chat);
     if (rc == 0)
         rc = api_chat_req_check_model(j->creq->model, app->model->id, NULL, 0, &bad);

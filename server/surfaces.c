@@ -363,8 +363,8 @@ int srv_h_messages(srv_request *req, struct srv_response *resp)
     struct api_chat_req *creq = NULL;
     int rc = api_messages_translate(root, false, &chat, &opts, &bad);
     json_decref(root);
-    if (rc == 0)
-        rc = api_chat_req_parse(chat, &lim, &creq, &bad);
+    if (rc == 0 && (rc = api_chat_req_parse(chat, &lim, &creq, &bad)) != 0)
+        api_messages_rename(&bad);
     json_decref(chat);   /* creq holds its own reference */
     if (rc == 0 && api_chat_req_check_model(creq->model, app->model->id, NULL, 0, &bad) != 0)
         rc = -1;

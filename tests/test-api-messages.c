@@ -501,3 +501,34 @@ MCD_TEST(messages, errors)
     cr_assert_eq(json_object_size(b), 1);
     json_decref(b);
 }
+
+/* A refusal of the translated request names the Anthropic field it came from. */
+MCD_TEST(messages, chat_refusals_renamed)
+{
+    static const char *const bodies[][2] = {
+        {M(",\"output_config\":{\"format\":{\"type\":\"json_schema\",\"schema\":{\"type\":"
+           "\"object\",\"properties\":{\"x\":{\"$ref\":\"#/defs/y\"}}}}}"),
+         "'output_config.format.schema'"},
+        {M(",\"tools\":[{\"name\":\"a\",\"input_schema\":{\"type\":\"object\",\"properties\":{"
+           "\"x\":{\"$ref\":\"#/defs/y\"}}}}],\"tool_choice\":{\"type\":\"any\"}"),
+         "'tools.0.input_schema"},
+    };
+    for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
+        struct api_messages_opts o;
+        json_t *c = translate(bodies[i][0], false, &o, NULL);
+        struct api_chat_req *r = NULL;
+        struct api_err bad = {0};
+        cr_assert_eq(api_chat_req_parse(c, &LIM, &r, &bad), -EINVAL, "%s", bodies[i][0]);
+        json_decref(c);
+        api_messages_rename(&bad);
+        cr_assert_not_null(strstr(bad.message, bodies[i][1]), "message '%s' (param %s)",
+                           bad.message, bad.param);
+        cr_assert_null(strstr(bad.message, "response_format"), "%s", bad.message);
+        cr_assert_null(strstr(bad.message, "function.parameters'"), "%s", bad.message);
+    }
+    struct api_err e = {.error = API_ERR_BAD_REQUEST};
+    api_refuse(&e, API_ERR_BAD_REQUEST, "stop[1]", "Invalid 'stop[1]': too long.");
+    api_messages_rename(&e);
+    cr_assert_str_eq(e.param, "stop_sequences[1]");
+    cr_assert_str_eq(e.message, "Invalid 'stop_sequences[1]': too long.");
+}

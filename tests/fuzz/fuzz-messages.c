@@ -111,6 +111,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rc = api_chat_req_parse(chat, &lim, &r, &bad);
     json_decref(chat);
     if (rc != 0) {
+        api_messages_rename(&bad);
         check_refusal(&bad);
     } else {
         const json_t *m = json_array_get(r->chat.messages, 0);
