@@ -186,12 +186,12 @@ json_t *api_chat_chunk_usage(const struct api_chat_ident *ci, const struct api_u
 /* "data: <compact JSON>\n\n". Steals `obj` (NULL in, NULL out, so builders chain:
  * api_sse_event(api_chat_chunk_first(ci))). */
 char *api_sse_event(json_t *obj);
-/* `data` (e.g. an error body from api_error_body()) as one event: each line
- * prefixed "data: ", then a blank line. An error after the stream started is
- * api_sse_frame(body) and then the end of the stream, with no [DONE] (llama.cpp;
- * the OpenAI SDKs raise APIError on a data object with an "error" key). */
+/* `data` as one event: each line prefixed "data: ", then a blank line. */
 char *api_sse_frame(const char *data);
-/* api_sse_frame(api_err_body(e)): OpenAI chat's and completions' failure event. */
+/* api_sse_frame(api_err_body(e)): OpenAI chat's and completions' failure event. An
+ * error after the stream started is this and then the end of the stream, with no
+ * [DONE] (llama.cpp; the OpenAI SDKs raise APIError on a data object with an
+ * "error" key). */
 char *api_err_sse(const struct api_err *e);
 
 /* ---- errors generation produces ------------------------------------------------- */

@@ -52,8 +52,9 @@ char *api_chat_format_error(const struct api_chat_format *f, const struct api_er
 struct api_chat_sink {
     /* Streamed requests: one SSE frame to write, in order. */
     void (*frame)(void *ctx, char *frame);
-    /* The answer of a non-streamed request (status from api.h's table; retry_after
-     * NULL or static), or of a streamed one that failed before its first chunk.
+    /* The answer of a non-streamed request (an error's status and retry_after from
+     * api_err_status() and api_err_retry_after(): static or NULL), or of a streamed
+     * one that failed before its first chunk.
      * Called at most once. `body` NULL means out of memory. */
     void (*answer)(void *ctx, int status, char *body, const char *retry_after);
     /* Optional, non-streamed requests: the result itself instead of a rendered

@@ -15,8 +15,9 @@
  * presence/frequency_penalty, logit_bias, logprobs (0..5), echo (with logprobs the
  * prompt's tokens and their logprobs come first, the first token's null: the
  * prompt scored, engine/gen.h prompt_logprobs), stream,
- * stream_options.include_usage, n and best_of (only 1), user, and the extras chat
- * takes (top_k, min_p, repetition_penalty). Refused with 400: suffix (no
+ * stream_options.include_usage, n and best_of (only 1), user, the extras chat
+ * takes (top_k, min_p, repetition_penalty) and chat's structured outputs
+ * (response_format, grammar, llama.cpp's json_schema). Refused with 400: suffix (no
  * fill-in-the-middle), several prompts streamed, max_tokens 0 without echo.
  *
  * Pure: no sockets, no globals. Any thread; one request's format on one thread. */

@@ -2,6 +2,7 @@
  * OpenAI rendering (api/error.h). A handler names the error and never spells a
  * status. */
 #include "api/error.h"
+#include "util/buf.h"
 #include "util/utf8.h"
 
 #include <errno.h>
@@ -200,7 +201,23 @@ const char *api_err_code(const struct api_err *e, char buf[64])
 
 /* ---- OpenAI's rendering ----------------------------------------------------------- */
 
-static json_t *string_or_null(const char *s) { return s && s[0] ? json_string(s) : json_null(); }
+/* A JSON string of s, its bytes as they are when valid UTF-8, else repaired by
+ * util/utf8.h's policy: a message may quote client bytes, a device name is the
+ * driver's, and neither may make the whole body disappear. */
+static json_t *text(const char *s)
+{
+    size_t n = strlen(s);
+    json_t *j = json_stringn(s, n);
+    if (j)
+        return j;
+    ut_buf b = {0};
+    if (ut_utf8_repair(&b, s, n, false, NULL) == 0)
+        j = json_stringn(b.p, b.n);
+    ut_buf_free(&b);
+    return j;
+}
+
+static json_t *text_or_null(const char *s) { return s && s[0] ? text(s) : json_null(); }
 
 /* Sets key to `v` (stolen); a NULL `v` (out of memory) fails. */
 static bool put(json_t *obj, const char *key, json_t *v)
@@ -215,32 +232,24 @@ static bool put_int(json_t *o, const char *key, long long v)
 
 static bool put_device(json_t *err, const struct api_device_error *d)
 {
-    return put_int(err, "ert_state", d->ert_state) && (!d->phase || put(err, "phase", json_string(d->phase))) &&
+    return put_int(err, "ert_state", d->ert_state) && (!d->phase || put(err, "phase", text(d->phase))) &&
            put_int(err, "chunk_index", d->chunk_index) &&
            put_int(err, "chunk_count", d->chunk_count) &&
            (d->head ? put(err, "runlist", json_string("head"))
                     : put_int(err, "layer_first", d->layer_first) &&
                           put_int(err, "layer_last", d->layer_last)) &&
            put_int(err, "token_pos", d->token_pos) && put_int(err, "elapsed_ms", d->elapsed_ms) &&
-           (!d->device[0] || put(err, "device", json_string(d->device))) &&
+           (!d->device[0] || put(err, "device", text(d->device))) &&
            put_int(err, "attempts", d->attempts);
 }
 
 json_t *api_err_json(const struct api_err *e)
 {
-    /* OpenAI requires all four keys; param and code may be null. json_string()
-     * rejects invalid UTF-8, so a message that quotes client bytes must not make
-     * the whole body disappear: fall back to a lossless-enough text. */
-    json_t *msg = json_string(e->message);
-    if (!msg)
-        msg = json_string("(message contained invalid UTF-8)");
-    json_t *param = e->param[0] ? json_string(e->param) : json_null();
-    if (!param)
-        param = json_string("(param contained invalid UTF-8)");
+    /* OpenAI requires all four keys; param and code may be null. */
     char code[64];
-    json_t *inner = json_pack("{s:o, s:s, s:o, s:o}", "message", msg, "type",
-                              api_error_type(e->error), "param", param, "code",
-                              string_or_null(api_err_code(e, code)));
+    json_t *inner = json_pack("{s:o, s:s, s:o, s:o}", "message", text(e->message), "type",
+                              api_error_type(e->error), "param", text_or_null(e->param), "code",
+                              text_or_null(api_err_code(e, code)));
     if (!inner)
         return NULL;
     if (e->has_device && !put_device(inner, &e->device)) {

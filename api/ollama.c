@@ -260,10 +260,8 @@ void api_ollama_param(const char *param, char *out, size_t size)
 /* {"error":"<message>"}. */
 static char *error_body(const char *message)
 {
-    json_t *m = json_string(message ? message : "error");
-    if (!m)
-        m = json_string("(message contained invalid UTF-8)");
-    return api_json_dump(json_pack("{s:o}", "error", m), NULL);
+    return api_json_dump(json_pack("{s:o}", "error", api_text_json(message, strlen(message))),
+                         NULL);
 }
 
 char *api_ollama_err_body(const struct api_err *e)

@@ -44,7 +44,8 @@
  *    inside it) is never content: with its name written it is one more TOOL_CALL
  *    delta with `cut` set and the arguments as far as they got, a JSON text left
  *    open ({"a":1,"b":"tex), as OpenAI's API hands out a call that max_tokens
- *    cut; before its name is complete (or in its first tag) it is dropped.
+ *    cut; before its name is complete (or in its first tag) it is dropped, and so
+ *    is a "<think>" or "</think>" the end cuts.
  */
 #ifndef MINICPMD_ENGINE_OUTPARSE_H
 #define MINICPMD_ENGINE_OUTPARSE_H

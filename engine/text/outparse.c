@@ -535,6 +535,16 @@ static int cut_call(eng_outparse *p, struct eng_delta_list *out)
     return 0;
 }
 
+/* Whether s[0, n) (the end of the output, s[0] == '<') is a tag the parser acts on,
+ * cut before its end: "<function" with tools, "<think>" at the start, "</think>"
+ * inside reasoning. */
+static bool cut_tag(const eng_outparse *p, const char *s, size_t n)
+{
+    return (p->tools_on && !p->think && n < 9 && memcmp(s, "<function", n) == 0) ||
+           (p->at_start && !p->think && n < 7 && memcmp(s, "<think>", n) == 0) ||
+           (p->think && n < 8 && memcmp(s, "</think>", n) == 0);
+}
+
 /* The call at call_start is decided: emit it, or its first byte as content. */
 static int end_call(eng_outparse *p, struct eng_delta_list *out, size_t first, int r, size_t end)
 {
@@ -617,8 +627,8 @@ static int run(eng_outparse *p, struct eng_delta_list *out, size_t first, bool e
             }
             return 0;
         }
-        if (eof && p->tools_on && !p->think && n - j < 9 && memcmp(b + j, "<function", n - j) == 0) {
-            p->pos = n;   /* a call cut in its first tag: markup, not text */
+        if (eof && cut_tag(p, b + j, n - j)) {
+            p->pos = n;   /* a tag the end cut: markup, not text */
             return 0;
         }
         switch (match_tag(p, b + j, n - j, eof)) {

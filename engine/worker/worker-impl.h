@@ -69,8 +69,9 @@ struct worker_slot {
 };
 
 /* Positions per prefill batch of a prompt being scored (prompt_logprobs): their
- * logits are kept until reported, SCORE_ROWS * n_vocab floats. */
-#define SCORE_ROWS 64
+ * logits are kept until reported, SCORE_ROWS * n_vocab floats (16.7 MB for
+ * MiniCPM5's 130,560 tokens). */
+#define SCORE_ROWS 32
 
 /* One running sequence (a request on its slot); gen.c's story. */
 struct gen {

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -175,8 +176,9 @@ static void build_responses(const struct api_chat_req *r, const char *raw, size_
     struct api_chat_delta d = {.content = text, .reasoning = raw, .tool_calls = &td,
                                .n_tool_calls = 1, .logprobs = true, .tokens = &tok,
                                .n_tokens = 1};
-    struct api_device_error de = {(int)n, raw, raw, 1, 2, 3, (int)n - 3, 5, (int64_t)n - 2, raw,
-                                  1, n % 2 == 0};
+    struct api_device_error de = {(int)n, raw, raw, 1, 2, 3, (int)n - 3, 5, (int64_t)n - 2, "",
+                                  1, n % 2 == 0, n % 3 == 0};
+    snprintf(de.device, sizeof de.device, "%s", raw);
     char *body;
     switch (pick % 6) {
     case 0: must_parse(api_chat_completion_body(&ci, &res)); break;
@@ -278,8 +280,6 @@ static void fuzz_ollama(const uint8_t *data, size_t size, const struct api_chat_
     json_decref(body);
     if (size % 7 != 0)
         return;
-    char *err = api_ollama_error_body("{\"error\":{\"message\":\"x\"}}");
-    must_parse(err);
     struct api_chat_format *f = api_ollama_format_new(generate, (const char *)"m");
     struct api_chat_ident ci;
     api_chat_ident_init(&ci, "m", NULL, NULL, false);
@@ -297,6 +297,13 @@ static void fuzz_ollama(const uint8_t *data, size_t size, const struct api_chat_
     must_parse(s);
     s = f->end(f->ctx, &ci, API_FINISH_STOP, &u, NULL);
     must_parse(s);
+    /* An error naming a field from the input, renamed to Ollama's names: a body,
+     * and a stream's last line. */
+    struct api_err fe;
+    api_refuse(&fe, API_ERR_BAD_REQUEST, raw, "Invalid '%s': '%s' %s", raw, raw, raw);
+    must_parse(api_ollama_err_body(&fe));
+    must_parse(f->error(f->ctx, &fe, false));
+    must_parse(f->error(f->ctx, &fe, true));
     api_ollama_format_free(f->ctx);
 }
 

@@ -118,7 +118,7 @@ def loglikelihood_matches_generation():
 
 @test
 def rolling_loglikelihood_across_batches():
-    """A text longer than a prefill batch of the scored prompt (64 positions) and
+    """A text longer than a prefill batch of the scored prompt (32 positions) and
     than a prefill chunk (--prefill-chunk 48): every token's logprob equals the one
     it got in generation; the text as a string gives the same numbers as its ids."""
     d = pack_daemon(["--prefill-chunk", "48"])
@@ -177,6 +177,25 @@ def generate_until_stops():
     eq(c["finish_reason"], "stop", "finish_reason")
     eq(c["text"], free[:free.index(stop)], "text up to the stop")
     stop_ok(d)
+
+
+@test
+def scoring_agrees_across_devices_and_batches():
+    """The same echo on the sim device (the NPU's model) and with one position per
+    prefill batch (--prefill-chunk 1, as the NPU runs a prompt) gives the same
+    numbers as the cpu's batched prefill, bit for bit."""
+    body = loglikelihood_payload("hello world, the quick brown fox jumps over it", 2)
+    body["logprobs"] = 2
+    got = {}
+    for args in ([], ["--device", "sim"], ["--prefill-chunk", "1"]):
+        d = pack_daemon(args)
+        got[" ".join(args) or "cpu"] = post(d, body)["choices"][0]["logprobs"]
+        stop_ok(d)
+    ref = got.pop("cpu")
+    check(len(ref["token_logprobs"]) > 10, "tokens: %r", ref["tokens"])
+    for k, lp in got.items():
+        eq(lp["token_logprobs"], ref["token_logprobs"], "%s: token_logprobs" % k)
+        eq(lp["top_logprobs"], ref["top_logprobs"], "%s: top_logprobs" % k)
 
 
 if __name__ == "__main__":

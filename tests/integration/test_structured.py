@@ -244,9 +244,9 @@ def llama_cpp_schema_fields_validate():
             {"response_format": {"type": "json_object", "schema": schema}}]
     stopped = 0
     for k, ask in enumerate(asks):
-        for i in range(6):
+        for i in range(4):
             stream = i % 2 == 1
-            if i < 3:
+            if i < 2:
                 content, finish, used, _ = answer(d, stream, seed=i, **ask)
             else:
                 b = {"model": PACK, "prompt": "JSON:", "temperature": 1.0, "seed": i,
@@ -267,7 +267,7 @@ def llama_cpp_schema_fields_validate():
                     content, finish = j["choices"][0]["text"], j["choices"][0]["finish_reason"]
                     used = j["usage"]["completion_tokens"]
             stopped += check_content("%s #%d" % (list(ask)[0], i), schema, content, finish, used)
-    eq(stopped, 12, "answers that stopped")
+    eq(stopped, 8, "answers that stopped")
     refused(d, "json_schema", ["grammar"], json_schema=schema, grammar='root ::= "a"\n')
     refused(d, "json_schema", ["response_format"], json_schema=schema,
             response_format={"type": "json_object"})
