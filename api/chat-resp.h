@@ -33,6 +33,8 @@ struct api_chat_ident {
     bool include_usage;         /* stream_options.include_usage: every chunk but the
                                  * usage one carries "usage": null, as OpenAI's do */
     int index;                  /* the choice's index (`n` > 1), 0 by default */
+    int32_t prompt_tokens;      /* the prompt's length once it is known (a stream's
+                                 * start has it), else 0 */
 };
 
 /* Fresh id, created = now. `version` e.g. MINICPMD_VERSION, `device` the serving

@@ -155,7 +155,7 @@ static char *chat_error(void *ctx, const struct api_err *e, bool stream)
 }
 
 static const struct api_chat_format chat_format = {chat_start, chat_delta, chat_end, chat_body,
-                                                   chat_error, NULL};
+                                                   chat_error, NULL, NULL};
 
 /* A choice of several: its stream ends with its final chunk; the usage goes to ctx. */
 static char *choice_end(void *ctx, const struct api_chat_ident *id, enum api_finish_reason fr,
@@ -437,6 +437,8 @@ void api_chat_run_done(api_chat_run *c, const struct eng_done_event *d, const ch
     enum api_finish_reason fr = d->finish == ENG_FINISH_LENGTH ? API_FINISH_LENGTH
                                 : c->op && eng_outparse_saw_tool_call(c->op) ? API_FINISH_TOOL_CALLS
                                                                     : API_FINISH_STOP;
+    if (c->fmt.stopped && d->finish == ENG_FINISH_STOP && d->stop_index >= 0)
+        c->fmt.stopped(c->fmt.ctx, d->stop_index);
     const struct eng_gen_timings *tm = &d->timings;
     struct api_timings at = {d->cached_tokens, d->prompt_tokens - d->cached_tokens,
                              tm->prompt_ms, d->completion_tokens, tm->decode_ms};

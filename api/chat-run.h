@@ -39,6 +39,9 @@ struct api_chat_format {
      * (the caller sends it with api_err_status() and api_err_retry_after()). */
     char *(*error)(void *ctx, const struct api_err *e, bool stream);
     void *ctx;
+    /* (optional) Before end or body: the stop string that ended the output, as its
+     * index in the request's stop list (for a surface that names it). */
+    void (*stopped)(void *ctx, int stop_index);
 };
 
 /* f->error(), or OpenAI chat's rendering when `f` is NULL. NULL: out of memory. */

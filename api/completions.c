@@ -366,7 +366,7 @@ struct api_chat_format *api_completion_format_new(const char *echo, size_t echo_
     f->echo_lp = echo && echo_logprobs;
     memcpy(f->id, "cmpl-", 5);
     api_random_alnum(f->id + 5, 32);
-    f->f = (struct api_chat_format){c_start, c_delta, c_end, c_body, c_error, f};
+    f->f = (struct api_chat_format){c_start, c_delta, c_end, c_body, c_error, f, NULL};
     return &f->f;
 }
 

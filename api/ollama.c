@@ -449,7 +449,7 @@ struct api_chat_format *api_ollama_format_new(bool generate, const char *model)
         return NULL;
     }
     f->generate = generate;
-    f->f = (struct api_chat_format){NULL, o_delta, o_end, o_body, o_error, f};
+    f->f = (struct api_chat_format){NULL, o_delta, o_end, o_body, o_error, f, NULL};
     return &f->f;
 }
 

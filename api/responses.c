@@ -568,7 +568,7 @@ struct api_chat_format *api_responses_format_new(json_t *echo)
     }
     f->echo = json_incref(echo);
     api_random_alnum(f->rnd, sizeof f->rnd - 1);
-    f->f = (struct api_chat_format){r_start, r_delta, r_end, r_body, r_error, f};
+    f->f = (struct api_chat_format){r_start, r_delta, r_end, r_body, r_error, f, NULL};
     return &f->f;
 }
 

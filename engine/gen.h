@@ -179,6 +179,8 @@ struct eng_done_event {
     int prompt_tokens;
     int cached_tokens;          /* of those, reused from the KV cache (prompt_cache) */
     int completion_tokens;      /* tokens sampled, a final stop id included */
+    int stop_index;             /* STOP by a stop string: its index in
+                                   eng_gen_params.stop; -1 otherwise (a stop id) */
     struct eng_gen_timings timings;
 };
 

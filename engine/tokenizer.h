@@ -109,6 +109,11 @@ void eng_detok_keep_markup(eng_detok *d);
  * stop strings are ignored. One stream belongs to one thread at a time. */
 int eng_detok_push(eng_detok *d, int32_t id, char **out, bool *stopped);
 
+/* Which stop string ended the stream: its index in the list given to
+ * eng_detok_new*() (the earliest in the text wins; of two at the same place, the
+ * first listed), or -1 while none has. */
+int eng_detok_stop_index(const eng_detok *d);
+
 /* End of stream: whatever is held back (an incomplete character becomes U+FFFD). */
 int eng_detok_flush(eng_detok *d, char **out);
 

@@ -56,11 +56,13 @@ struct api_chat_limits srv_app_chat_limits(const struct srv_app *app, bool templ
 int srv_h_tokenize(srv_request *req, struct srv_response *resp);
 int srv_h_detokenize(srv_request *req, struct srv_response *resp);
 int srv_h_apply_template(srv_request *req, struct srv_response *resp);
+int srv_h_messages_count_tokens(srv_request *req, struct srv_response *resp);
 
 /* server/surfaces.c: the API surfaces other than chat, each translated onto the
  * one generation path of server/chat.c */
 int srv_h_completions(srv_request *req, struct srv_response *resp);
 int srv_h_responses(srv_request *req, struct srv_response *resp);
+int srv_h_messages(srv_request *req, struct srv_response *resp);
 int srv_h_ollama_version(srv_request *req, struct srv_response *resp);
 int srv_h_ollama_tags(srv_request *req, struct srv_response *resp);
 int srv_h_ollama_ps(srv_request *req, struct srv_response *resp);

@@ -481,6 +481,7 @@ static void submit(struct chat *c)
             /* n choices of one prompt: reproducible with `seed`, each its own */
             p.sampling.seed = r->sampling.seed + (uint64_t)i;
         }
+        ch->ident.prompt_tokens = p.n_prompt;
         if (eng_gen_req_new(&p, &ch->greq, err, sizeof err) != 0) {
             answer_error(c, API_ERR_BAD_REQUEST, NULL, err);
             return;

@@ -1,5 +1,6 @@
 /* The route table and the handlers of the routes the daemon shell serves. Bodies
  * come from api/; this file only decides which one and with what status. */
+#include "api/messages.h"
 #include "server/app.h"
 #include "server/chat.h"
 
@@ -99,8 +100,10 @@ json_t *srv_request_generation(srv_request *req, struct srv_response *resp,
 void srv_response_err(struct srv_response *resp, const struct api_err *e)
 {
     free(resp->body);
-    resp->body = api_err_body(e);
+    resp->body = NULL;
     resp->body_len = 0;
+    resp->err = *e;
+    resp->has_err = true;
     resp->status = api_err_status(e);
     resp->content_type = "application/json";
     resp->retry_after = api_err_retry_after(e);
@@ -199,27 +202,31 @@ static int h_metrics(srv_request *req, struct srv_response *resp)
 }
 
 const struct srv_route srv_routes[] = {
-    {"GET", "/health", "/health", true, h_health},
-    {"GET", "/v1/models", "/v1/models", false, h_models},
-    {"GET", "/v1/models/{id}", "/v1/models/{id}", false, h_model},
-    {"GET", "/metrics", "/metrics", false, h_metrics},
-    {"GET", "/v1/status", "/v1/status", false, srv_h_status},
+    {"GET", "/health", "/health", true, h_health, NULL},
+    {"GET", "/v1/models", "/v1/models", false, h_models, NULL},
+    {"GET", "/v1/models/{id}", "/v1/models/{id}", false, h_model, NULL},
+    {"GET", "/metrics", "/metrics", false, h_metrics, NULL},
+    {"GET", "/v1/status", "/v1/status", false, srv_h_status, NULL},
     /* The page (server/webui.c): public, it asks for the key itself */
-    {"GET", "/", "/ui", true, srv_h_webui},
-    {"GET", "/ui/", "/ui", true, srv_h_webui},
-    {"GET", "/ui/{id}", "/ui", true, srv_h_webui},
-    {"POST", "/v1/chat/completions", "/v1/chat/completions", false, srv_h_chat_completions},
-    {"POST", "/v1/completions", "/v1/completions", false, srv_h_completions},
-    {"POST", "/v1/responses", "/v1/responses", false, srv_h_responses},
+    {"GET", "/", "/ui", true, srv_h_webui, NULL},
+    {"GET", "/ui/", "/ui", true, srv_h_webui, NULL},
+    {"GET", "/ui/{id}", "/ui", true, srv_h_webui, NULL},
+    {"POST", "/v1/chat/completions", "/v1/chat/completions", false, srv_h_chat_completions, NULL},
+    {"POST", "/v1/completions", "/v1/completions", false, srv_h_completions, NULL},
+    {"POST", "/v1/responses", "/v1/responses", false, srv_h_responses, NULL},
+    /* Anthropic's Messages API: its errors in its shape */
+    {"POST", "/v1/messages", "/v1/messages", false, srv_h_messages, api_messages_err_body},
+    {"POST", "/v1/messages/count_tokens", "/v1/messages/count_tokens", false,
+     srv_h_messages_count_tokens, api_messages_err_body},
     /* The Ollama API (server/surfaces.c, api/ollama.h) */
-    {"GET", "/api/version", "/api/version", false, srv_h_ollama_version},
-    {"GET", "/api/tags", "/api/tags", false, srv_h_ollama_tags},
-    {"GET", "/api/ps", "/api/ps", false, srv_h_ollama_ps},
-    {"POST", "/api/show", "/api/show", false, srv_h_ollama_show},
-    {"POST", "/api/chat", "/api/chat", false, srv_h_ollama_chat},
-    {"POST", "/api/generate", "/api/generate", false, srv_h_ollama_generate},
-    {"POST", "/tokenize", "/tokenize", false, srv_h_tokenize},
-    {"POST", "/detokenize", "/detokenize", false, srv_h_detokenize},
-    {"POST", "/apply-template", "/apply-template", false, srv_h_apply_template},
+    {"GET", "/api/version", "/api/version", false, srv_h_ollama_version, NULL},
+    {"GET", "/api/tags", "/api/tags", false, srv_h_ollama_tags, NULL},
+    {"GET", "/api/ps", "/api/ps", false, srv_h_ollama_ps, NULL},
+    {"POST", "/api/show", "/api/show", false, srv_h_ollama_show, NULL},
+    {"POST", "/api/chat", "/api/chat", false, srv_h_ollama_chat, NULL},
+    {"POST", "/api/generate", "/api/generate", false, srv_h_ollama_generate, NULL},
+    {"POST", "/tokenize", "/tokenize", false, srv_h_tokenize, NULL},
+    {"POST", "/detokenize", "/detokenize", false, srv_h_detokenize, NULL},
+    {"POST", "/apply-template", "/apply-template", false, srv_h_apply_template, NULL},
 };
 const size_t srv_n_routes = sizeof srv_routes / sizeof *srv_routes;

@@ -87,12 +87,12 @@ static void response_verror(struct srv_response *resp, enum api_error e, const c
 static void response_verror(struct srv_response *resp, enum api_error e, const char *param,
                             const char *fmt, va_list ap)
 {
-    char msg[1024];
-    vsnprintf(msg, sizeof msg, fmt, ap);
     free(resp->body);
-    resp->body = api_error_body(e, msg, param);
+    resp->body = NULL;
     resp->body_len = 0;
-    resp->status = api_error_status(e);
+    api_vrefuse(&resp->err, e, param, fmt, ap);
+    resp->has_err = true;
+    resp->status = api_err_status(&resp->err);
     resp->content_type = "application/json";
 }
 
@@ -145,10 +145,17 @@ static enum MHD_Result respond(srv_request *req, struct srv_response *resp)
         free(resp->body);
         resp->body = NULL;
     }
-    if (!resp->body && resp->status >= 400) {
-        /* Every error leaves as an OpenAI error object. */
+    if (!resp->body && !resp->has_err && resp->status >= 400) {
         enum api_error e = resp->status == 404 ? API_ERR_NOT_FOUND : API_ERR_INTERNAL;
         srv_response_error(resp, e, NULL, "%s", "the server could not build a response");
+    }
+    if (resp->has_err) {
+        /* Rendered here, once: in the route's surface's shape, else OpenAI's. */
+        free(resp->body);
+        resp->body = req->route && req->route->error_body ? req->route->error_body(&resp->err)
+                                                          : api_err_body(&resp->err);
+        resp->body_len = 0;
+        resp->has_err = false;
     }
     size_t len = resp->body ? (resp->body_len ? resp->body_len : strlen(resp->body)) : 0;
     struct MHD_Response *r = MHD_create_response_from_buffer(

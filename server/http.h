@@ -75,6 +75,11 @@ struct srv_response {
     } headers[4];
     int n_headers;
     bool quiet;                 /* a polled route's success: logged at debug, not info */
+    /* An error not rendered yet (srv_response_error, srv_response_err): the body is
+     * written when the answer goes out, in the route's shape (srv_route.error_body)
+     * or OpenAI's, so one route's errors all look alike whoever refused. */
+    bool has_err;
+    struct api_err err;
 };
 
 /* Add a header to `resp` (silently ignored past the fixed limit: a programming
@@ -115,7 +120,8 @@ srv_stream *srv_request_stream(srv_request *r, int status, const char *content_t
 int srv_stream_write(srv_stream *s, const char *data, size_t len);
 void srv_stream_end(srv_stream *s);
 
-/* Fill `resp` with an OpenAI error object for `e`; the message is printf-style. */
+/* Fill `resp` with error `e` (rendered when it is sent: srv_response.has_err); the
+ * message is printf-style. */
 void srv_response_error(struct srv_response *resp, enum api_error e, const char *param,
                         const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 

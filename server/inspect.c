@@ -9,6 +9,7 @@
  * UT_TEXT_MAX_ANSWER_BYTES (else 413), and after a big job the heap is trimmed so
  * the memory goes back to the system. */
 #include "api/text.h"
+#include "api/messages.h"
 #include "api/chat-req.h"
 #include "engine/engine.h"
 #include "engine/prompt.h"
@@ -21,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum job_kind { JOB_TOKENIZE, JOB_DETOKENIZE, JOB_APPLY_TEMPLATE };
+enum job_kind { JOB_TOKENIZE, JOB_DETOKENIZE, JOB_APPLY_TEMPLATE, JOB_COUNT_TOKENS };
 
 struct job {
     uv_work_t work;
@@ -30,7 +31,7 @@ struct job {
     const eng_tokenizer *tok;
     json_t *root;                  /* the request body */
     struct api_tokenize_req tk;    /* JOB_TOKENIZE */
-    struct api_chat_req *creq;     /* JOB_APPLY_TEMPLATE */
+    struct api_chat_req *creq;     /* JOB_APPLY_TEMPLATE, JOB_COUNT_TOKENS */
     int32_t *ids;                  /* JOB_DETOKENIZE input */
     size_t n_ids;
     struct srv_response resp;      /* filled on the pool thread */
@@ -111,6 +112,21 @@ static void run_apply_template(struct job *j)
     eng_prompt_free(&p);
 }
 
+/* Anthropic's count_tokens: the prompt a /v1/messages request with this body would
+ * give the model, rendered and tokenized as generation does it. */
+static void run_count_tokens(struct job *j)
+{
+    char err[512], param[128];
+    struct eng_prompt p;
+    if (eng_prompt_build(j->tok, &j->creq->chat, &p, err, sizeof err, param, sizeof param) != 0) {
+        srv_response_error(&j->resp, API_ERR_BAD_REQUEST, param[0] ? param : NULL, "%s", err);
+        return;
+    }
+    j->resp.body = api_messages_count_body((int64_t)p.n_ids);
+    j->resp.status = j->resp.body ? 200 : 0;
+    eng_prompt_free(&p);
+}
+
 static void on_work(uv_work_t *w)
 {
     struct job *j = w->data;
@@ -118,6 +134,7 @@ static void on_work(uv_work_t *w)
     case JOB_TOKENIZE: run_tokenize(j); break;
     case JOB_DETOKENIZE: run_detokenize(j); break;
     case JOB_APPLY_TEMPLATE: run_apply_template(j); break;
+    case JOB_COUNT_TOKENS: run_count_tokens(j); break;
     }
 }
 
@@ -267,6 +284,27 @@ int srv_h_apply_template(srv_request *req, struct srv_response *resp)
     struct api_chat_limits lim = srv_app_chat_limits(srv_request_app(req), true);
     struct api_err bad;
     if (api_chat_req_parse(j->root, &lim, &j->creq, &bad) != 0)
+        return refuse(j, resp, &bad);
+    return start(req, resp, j);
+}
+
+int srv_h_messages_count_tokens(srv_request *req, struct srv_response *resp)
+{
+    struct job *j = job_new(req, resp, JOB_COUNT_TOKENS);
+    if (!j)
+        return 0;
+    struct srv_app *app = srv_request_app(req);
+    struct api_chat_limits lim = srv_app_chat_limits(app, true);
+    struct api_err bad;
+    struct api_messages_opts opts;
+    json_t *chat = NULL;
+    int rc = api_messages_translate(j->root, true, &chat, &opts, &bad);
+    if (rc == 0 && (rc = api_chat_req_parse(chat, &lim, &j->creq, &bad)) != 0)
+        api_messages_rename(&bad);
+    json_decref(chat);
+    if (rc == 0)
+        rc = api_chat_req_check_model(j->creq->model, app->model->id, NULL, 0, &bad);
+    if (rc != 0)
         return refuse(j, resp, &bad);
     return start(req, resp, j);
 }

@@ -10,6 +10,7 @@
 
 struct srv_request;
 struct srv_response;
+struct api_err;
 
 /* A handler fills `resp` on the loop thread and returns 0, or returns a negative
  * value if it could not build a response at all (-> 500). */
@@ -21,6 +22,10 @@ struct srv_route {
     const char *name;       /* label for /metrics and logs */
     bool is_public;         /* answered without an API key */
     srv_handler_fn handler;
+    /* (optional) The body of the route's errors, whoever refused (the HTTP layer
+     * or the handler): malloc'd, NULL when out of memory. NULL: OpenAI's
+     * (api_err_body). Anthropic's routes have their own. */
+    char *(*error_body)(const struct api_err *e);
 };
 
 enum srv_match {

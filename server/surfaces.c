@@ -3,6 +3,7 @@
  * template's messages) and hands it with its framing to srv_chat_begin(), the one
  * generation path (server/chat.c). Nothing here generates or frames by itself. */
 #include "api/completions.h"
+#include "api/messages.h"
 #include "api/ollama.h"
 #include "api/responses.h"
 #include "engine/engine.h"
@@ -341,6 +342,47 @@ int srv_h_responses(srv_request *req, struct srv_response *resp)
         .format = fmt,
         .ping = API_SSE_PING,
         .free_ctx = api_responses_format_free,
+    };
+    return srv_chat_begin(req, resp, creq, &surf);
+}
+
+/* ---- POST /v1/messages (Anthropic) ------------------------------------------------------- */
+
+/* Errors are rendered in Anthropic's shape: by the route (srv_route.error_body)
+ * when refused here, by the framing once generation began. */
+int srv_h_messages(srv_request *req, struct srv_response *resp)
+{
+    struct srv_app *app = srv_request_app(req);
+    struct api_chat_limits lim;
+    json_t *root = srv_request_generation(req, resp, &lim);
+    if (!root)
+        return 0;
+    struct api_err bad;
+    struct api_messages_opts opts;
+    json_t *chat = NULL;
+    struct api_chat_req *creq = NULL;
+    int rc = api_messages_translate(root, false, &chat, &opts, &bad);
+    json_decref(root);
+    if (rc == 0 && (rc = api_chat_req_parse(chat, &lim, &creq, &bad)) != 0)
+        api_messages_rename(&bad);
+    json_decref(chat);   /* creq holds its own reference */
+    if (rc == 0 && api_chat_req_check_model(creq->model, app->model->id, NULL, 0, &bad) != 0)
+        rc = -1;
+    struct api_chat_format *fmt = rc == 0 ? api_messages_format_new(creq, &opts) : NULL;
+    if (rc != 0) {
+        api_chat_req_free(creq);
+        srv_response_err(resp, &bad);
+        return 0;
+    }
+    if (!fmt) {
+        api_chat_req_free(creq);
+        srv_response_error(resp, API_ERR_INTERNAL, NULL, "out of memory");
+        return 0;
+    }
+    struct srv_chat_surface surf = {
+        .format = fmt,
+        .ping = API_MESSAGES_PING,
+        .free_ctx = api_messages_format_free,
     };
     return srv_chat_begin(req, resp, creq, &surf);
 }

@@ -38,7 +38,7 @@ static int answer_ok(srv_request *req, struct srv_response *resp)
 }
 
 static const struct srv_route routes[] = {
-    {"POST", "/upload", "upload", true, answer_ok},
+    {"POST", "/upload", "upload", true, answer_ok, NULL},
 };
 
 struct probe {

@@ -7,11 +7,11 @@
 static int h(struct srv_request *req, struct srv_response *resp) { return 0; }
 
 static const struct srv_route routes[] = {
-    {"GET", "/health", "/health", true, h},
-    {"GET", "/v1/models", "/v1/models", false, h},
-    {"GET", "/v1/models/{id}", "/v1/models/{id}", false, h},
-    {"POST", "/v1/chat/completions", "/v1/chat/completions", false, h},
-    {"GET", "/v1/chat/completions", "/v1/chat/completions", false, h},
+    {"GET", "/health", "/health", true, h, NULL},
+    {"GET", "/v1/models", "/v1/models", false, h, NULL},
+    {"GET", "/v1/models/{id}", "/v1/models/{id}", false, h, NULL},
+    {"POST", "/v1/chat/completions", "/v1/chat/completions", false, h, NULL},
+    {"GET", "/v1/chat/completions", "/v1/chat/completions", false, h, NULL},
 };
 #define N (sizeof routes / sizeof *routes)
 

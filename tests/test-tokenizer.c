@@ -326,8 +326,9 @@ MCD_TEST(tokenizer, detok_keeps_tool_markup)
 MCD_TEST(tokenizer, detok_stop_strings)
 {
     eng_tokenizer *t = load_tiny();
-    const char *stops[] = {"lo w", "zzz", ""};
+    const char *stops[] = {"", "lo w", "zzz"};
     eng_detok *d = eng_detok_new(t, false, stops, 3);
+    cr_assert_eq(eng_detok_stop_index(d), -1);
     int32_t *ids;
     int n = eng_tokenizer_encode(t, "hello world", 11, true, &ids);
     cr_assert_gt(n, 0);
@@ -339,6 +340,8 @@ MCD_TEST(tokenizer, detok_stop_strings)
         feed(d, &ids[i], 1, &o, false);
     cr_assert(o.stopped);
     cr_assert_str_eq(o.buf, "hel");
+    /* The caller's index, the empty stop string before it counted. */
+    cr_assert_eq(eng_detok_stop_index(d), 1);
     cr_assert_eq(eng_detok_push(d, 'x', &piece, &stopped), 0);
     cr_assert(stopped);
     cr_assert_eq(eng_detok_flush(d, &piece), 0);
@@ -346,7 +349,7 @@ MCD_TEST(tokenizer, detok_stop_strings)
     free(ids);
 
     /* A held prefix that turns out not to be a stop string is released. */
-    d = eng_detok_new(t, false, stops, 2);
+    d = eng_detok_new(t, false, stops + 1, 2);
     cr_assert_eq(eng_detok_push(d, 'z', &piece, &stopped), 0);
     cr_assert_eq(eng_detok_push(d, 'z', &piece, &stopped), 0);
     cr_assert_eq(eng_detok_push(d, 'a', &piece, &stopped), 3);
@@ -356,6 +359,7 @@ MCD_TEST(tokenizer, detok_stop_strings)
     cr_assert_eq(eng_detok_flush(d, &piece), 1);  /* end of stream: held text goes out */
     cr_assert_str_eq(piece, "z");
     free(piece);
+    cr_assert_eq(eng_detok_stop_index(d), -1);
     eng_detok_free(d);
 
     /* A stop string made of a special token, and one spanning a token boundary. */

@@ -21,7 +21,9 @@ struct eng_detok {
     int32_t markup[4];          /* ids whose text a skip_special stream keeps; -1 */
     char **stops;
     size_t *stop_len;
+    int *stop_at;               /* each kept stop string's index in the caller's list */
     size_t n_stops;
+    int matched;                /* the caller's index of the stop string that ended it, or -1 */
     ut_buf pending;
     ut_buf held;
     ut_buf scratch;
@@ -36,6 +38,7 @@ void eng_detok_free(eng_detok *d)
         free(d->stops[i]);
     free(d->stops);
     free(d->stop_len);
+    free(d->stop_at);
     free(d->pending.p);
     free(d->held.p);
     free(d->scratch.p);
@@ -60,7 +63,9 @@ eng_detok *eng_detok_new_len(const eng_tokenizer *t, bool skip_special, const ch
         d->markup[i] = -1;
     d->stops = calloc(n_stops + 1, sizeof *d->stops);
     d->stop_len = calloc(n_stops + 1, sizeof *d->stop_len);
-    if (!d->stops || !d->stop_len)
+    d->stop_at = calloc(n_stops + 1, sizeof *d->stop_at);
+    d->matched = -1;
+    if (!d->stops || !d->stop_len || !d->stop_at)
         goto err;
     for (size_t i = 0; i < n_stops; i++) {
         size_t len = !stops[i] ? 0 : lens ? lens[i] : strlen(stops[i]);
@@ -73,6 +78,7 @@ eng_detok *eng_detok_new_len(const eng_tokenizer *t, bool skip_special, const ch
             goto err;
         memcpy(d->stops[d->n_stops], stops[i], len);
         d->stop_len[d->n_stops] = len;
+        d->stop_at[d->n_stops] = (int)i;
         d->n_stops++;
     }
     return d;
@@ -111,6 +117,7 @@ static int release(eng_detok *d, bool final, char **out, bool *stopped)
         if (p && (size_t)(p - h) < first) {
             first = (size_t)(p - h);
             hit = true;
+            d->matched = d->stop_at[i];
         }
     }
     if (hit) {
@@ -131,6 +138,8 @@ static int release(eng_detok *d, bool final, char **out, bool *stopped)
     }
     return take(d, n - keep, out);
 }
+
+int eng_detok_stop_index(const eng_detok *d) { return d ? d->matched : -1; }
 
 /* The ids are looked up once here, not per token on the worker's hot path. */
 void eng_detok_keep_markup(eng_detok *d)

@@ -94,6 +94,7 @@ void eng__gen_done(struct gen *g, enum eng_finish finish)
     ev.done.prompt_tokens = g->n_prompt;
     ev.done.cached_tokens = g->n_cached;
     ev.done.completion_tokens = g->n_gen;
+    ev.done.stop_index = finish == ENG_FINISH_STOP ? eng_detok_stop_index(g->detok) : -1;
     ev.done.timings = g->tm;
     g->succeeded = finish != ENG_FINISH_CANCELLED;
     g->ended = true;

@@ -7,12 +7,14 @@ thinking markup, streamed and not, on every surface that parses the output:
   - chat completions and Responses on the random-weight `tiny` pack, temperature 1,
     tool_choice "required" or a named function (the grammar makes the model write
     calls), max_tokens small enough to cut most of them;
+  - Anthropic's /v1/messages the same way (tool_choice any or a named tool);
   - Ollama's /api/chat, which has no tool_choice, on the trained demo model, which
     calls get_weather when asked the weather, num_predict cutting its calls.
 
 A cut call is kept with its arguments cut (OpenAI's behaviour, docs/api.md): on
 chat its arguments are a JSON text left open, on Responses the function_call item
-is "incomplete"; Ollama's calls carry an arguments object, so a cut one is left out.
+is "incomplete", on Anthropic's a tool_use block holds what of its input was whole;
+Ollama's calls carry an arguments object, so a cut one is left out.
 
 Each surface and mode collects CUT answers (default 3, to keep the suite short; MINICPMD_CUT_ANSWERS=100 is
 the full check) that were cut, counting those with markup in their text."""
@@ -132,6 +134,33 @@ def ollama_answer(d, rng, stream):
     return text, last.get("done_reason") == "length", calls
 
 
+def anthropic_answer(d, rng, stream):
+    """Anthropic's /v1/messages: tool_choice any or a named tool; a cut call is a
+    tool_use block (its input what was whole), never text."""
+    choice = rng.choice([{"type": "any"}, {"type": "tool", "name": "write_file"}])
+    tools = [{"name": t["function"]["name"], "input_schema": t["function"]["parameters"]}
+             for t in TOOLS]
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "Use a tool"}],
+            "tools": tools, "tool_choice": choice, "temperature": 1.0,
+            "max_tokens": rng.randrange(6, 40), "stream": stream}
+    r = d.post("/v1/messages", json.dumps(body).encode(), timeout=120)
+    eq(r.status, 200, "messages: %r" % r.body[:300])
+    if stream:
+        text, stop, calls = "", None, 0
+        for e in sse(r.body):
+            if e["type"] == "content_block_delta" and e["delta"]["type"] == "text_delta":
+                text += e["delta"]["text"]
+            elif e["type"] == "content_block_start":
+                calls += e["content_block"]["type"] == "tool_use"
+            elif e["type"] == "message_delta":
+                stop = e["delta"]["stop_reason"]
+    else:
+        m = r.json()
+        text = "".join(b["text"] for b in m["content"] if b["type"] == "text")
+        stop, calls = m["stop_reason"], sum(b["type"] == "tool_use" for b in m["content"])
+    return text, stop == "max_tokens", calls if stop == "max_tokens" else 0
+
+
 def collect(d, ask, stream, seed, what):
     rng = random.Random(seed)
     cut = dirty = kept = tries = 0
@@ -164,6 +193,14 @@ def responses_cut_calls_have_no_markup():
     d = tiny()
     collect(d, responses_answer, False, 3, "responses")
     collect(d, responses_answer, True, 4, "responses stream")
+    stop_ok(d)
+
+
+@test
+def anthropic_cut_calls_have_no_markup():
+    d = tiny()
+    collect(d, anthropic_answer, False, 8, "anthropic")
+    collect(d, anthropic_answer, True, 9, "anthropic stream")
     stop_ok(d)
 
 
