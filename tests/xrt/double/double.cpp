@@ -2,6 +2,7 @@
 // failures a test injects (xrt-double.h). Not thread-safe: the bridge is driven
 // by one thread, as the worker drives it.
 #include "xrt/detail/double.h"
+#include "model.h"
 #include "xrt-double.h"
 
 #include <algorithm>
@@ -28,6 +29,9 @@ struct dstate {
     bool fail_device = false;
     int executed = 0;      // runs handed to the "device" since the reset
     int completed = 0;
+    bool model = false;    // runs compute (the functional model, model.h)
+    std::vector<std::string> xclbins;   // by xclbin id
+    std::string model_error;            // the last run the model refused
 };
 
 dstate &S()
@@ -74,6 +78,16 @@ void hang_for(const std::chrono::milliseconds &t)
 } // namespace
 
 namespace xrt {
+class run_impl;
+}
+
+namespace {
+// What the run computed: COMPLETED, TIMEOUT (the model says it would hang) or
+// ERROR (a transfer outside its buffer, a stream the model cannot read).
+ert_cmd_state compute(xrt::run_impl &r);
+} // namespace
+
+namespace xrt {
 
 class xclbin_impl {
 public:
@@ -89,6 +103,7 @@ public:
 class hw_context_impl {
 public:
     int id;
+    std::string xclbin;
 };
 
 class bo_impl {
@@ -107,6 +122,8 @@ class run_impl {
 public:
     int id;
     std::shared_ptr<kernel_impl> k;
+    std::shared_ptr<bo_impl> bos[16];
+    long long scalars[16] = {0};
     runlist_impl *list = nullptr;
     bool started = false;
     ert_cmd_state st = ERT_CMD_STATE_NEW;
@@ -125,6 +142,40 @@ public:
     ert_cmd_state fail_state = ERT_CMD_STATE_COMPLETED;
 };
 
+} // namespace xrt
+
+namespace {
+ert_cmd_state compute(xrt::run_impl &r)
+{
+    dstate &s = S();
+    if (!s.model)
+        return ERT_CMD_STATE_COMPLETED;
+    const xrt::bo_impl *instr = r.bos[1].get();
+    size_t n_words = static_cast<size_t>(r.scalars[2]);
+    if (!instr || n_words * 4 > instr->mem.size()) {
+        s.model_error = "model: run without its instruction buffer";
+        rec("model run#%d -> %s", r.id, s.model_error.c_str());
+        return ERT_CMD_STATE_ERROR;
+    }
+    xm_buf bufs[13];
+    int n = 0;
+    for (int i = 3; i < 16 && r.bos[i]; i++, n++)
+        bufs[n] = xm_buf{r.bos[i]->mem.data(), r.bos[i]->mem.size()};
+    std::vector<uint32_t> words(n_words);
+    std::memcpy(words.data(), instr->mem.data(), n_words * 4);
+    char err[256] = "";
+    int rc = xmodel_run(r.k->ctx->xclbin.c_str(), words.data(), n_words, bufs, n, err,
+                        sizeof err);
+    if (rc == 0)
+        return ERT_CMD_STATE_COMPLETED;
+    s.model_error = err;
+    rec("model run#%d -> %s", r.id, err);
+    return rc == -ETIMEDOUT ? ERT_CMD_STATE_TIMEOUT : ERT_CMD_STATE_ERROR;
+}
+} // namespace
+
+namespace xrt {
+
 // ---- xclbin, device, hw_context ------------------------------------------------
 
 xclbin::xclbin(const std::string &filename)
@@ -137,6 +188,7 @@ xclbin::xclbin(const std::string &filename)
     handle = std::make_shared<xclbin_impl>();
     handle->id = new_id(ID_XCLBIN);
     handle->path = filename;
+    s.xclbins.push_back(filename);
     rec("xclbin#%d(%s)", handle->id, filename.c_str());
 }
 
@@ -166,6 +218,9 @@ hw_context::hw_context(const xrt::device &, const xrt::uuid &xclbin_id)
 {
     handle = std::make_shared<hw_context_impl>();
     handle->id = new_id(ID_CTX);
+    unsigned x = xclbin_id.value() - 1000;
+    if (x < S().xclbins.size())
+        handle->xclbin = S().xclbins[x];
     rec("hw_context#%d(uuid %u)", handle->id, xclbin_id.value());
 }
 
@@ -258,11 +313,15 @@ void run::set_arg_at_index(int index, const void *value, size_t bytes)
         std::memcpy(&i, value, 8);
         v = i;
     }
+    if (index >= 0 && index < 16)
+        handle->scalars[index] = v;
     rec("run#%d.set_arg(%d, scalar%zu %lld)", handle->id, index, bytes * 8, v);
 }
 
 void run::set_arg_at_index(int index, const xrt::bo &b)
 {
+    if (index >= 0 && index < 16)
+        handle->bos[index] = b.get_handle();
     rec("run#%d.set_arg(%d, bo#%d)", handle->id, index, b.get_handle()->id);
 }
 
@@ -291,11 +350,14 @@ std::cv_status run::wait2(const std::chrono::milliseconds &timeout) const
     if (!handle->started)
         return std::cv_status::no_timeout;
     handle->started = false;
+    if (handle->st == ERT_CMD_STATE_COMPLETED)
+        handle->st = compute(*handle);
     if (handle->st != ERT_CMD_STATE_COMPLETED) {
         char msg[96];
         std::snprintf(msg, sizeof msg, "Command failed to complete successfully (%s)",
-                      handle->st == ERT_CMD_STATE_ABORT ? "ERT_CMD_STATE_ABORT"
-                                                        : "ERT_CMD_STATE_ERROR");
+                      handle->st == ERT_CMD_STATE_ABORT     ? "ERT_CMD_STATE_ABORT"
+                      : handle->st == ERT_CMD_STATE_TIMEOUT ? "ERT_CMD_STATE_TIMEOUT"
+                                                            : "ERT_CMD_STATE_ERROR");
         throw command_error(handle->st, msg);
     }
     S().completed++;
@@ -397,6 +459,17 @@ std::cv_status runlist::wait(const std::chrono::milliseconds &timeout) const
         return std::cv_status::timeout;
     }
     handle->executing = false;          // XRT sets the list idle before throwing
+    // The device walks the list in order up to the failing run; the model's own
+    // refusal (a run that would hang) ends it there too.
+    int upto = handle->fail_at < 0 ? static_cast<int>(handle->runs.size()) : handle->fail_at;
+    for (int i = 0; i < upto; i++) {
+        ert_cmd_state r = compute(*handle->runs[i]);
+        if (r != ERT_CMD_STATE_COMPLETED) {
+            handle->fail_at = i;
+            handle->fail_state = r;
+            break;
+        }
+    }
     if (handle->fail_at < 0) {
         handle->st = ERT_CMD_STATE_COMPLETED;
         S().completed += static_cast<int>(handle->runs.size());
@@ -416,7 +489,10 @@ std::cv_status runlist::wait(const std::chrono::milliseconds &timeout) const
         e.m_words = {0x2a, 0x1f40, 0, 0, 0, 0};
         throw e;
     }
-    throw command_error(bad, handle->fail_state, "runlist failed execution (ERT_CMD_STATE_ABORT)");
+    throw command_error(bad, handle->fail_state,
+                        handle->fail_state == ERT_CMD_STATE_ABORT
+                            ? "runlist failed execution (ERT_CMD_STATE_ABORT)"
+                            : "runlist failed execution (ERT_CMD_STATE_ERROR)");
 }
 
 ert_cmd_state runlist::state() const
@@ -449,7 +525,19 @@ extern "C" {
 
 void xrtdbl_reset(void)
 {
+    bool model = S().model;
     S() = dstate{};
+    S().model = model;
+}
+
+void xrtdbl_set_model(bool on)
+{
+    S().model = on;
+}
+
+const char *xrtdbl_model_error(void)
+{
+    return S().model_error.c_str();
 }
 
 const char *xrtdbl_log(void)

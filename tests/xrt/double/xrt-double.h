@@ -40,6 +40,13 @@ void xrtdbl_set_fail_load(const char *substr);
 /* Opening the device throws (no NPU). */
 void xrtdbl_set_fail_device(bool on);
 
+/* While set (kept across xrtdbl_reset), every run that completes first computes
+ * what its kernel computes, through the functional model (model.h); a run the
+ * model refuses ends in TIMEOUT (it would hang) or ERROR. */
+void xrtdbl_set_model(bool on);
+/* The model's last refusal, "" when none. */
+const char *xrtdbl_model_error(void);
+
 /* Runs that completed since the reset. */
 int xrtdbl_runs_completed(void);
 
