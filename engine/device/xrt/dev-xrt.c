@@ -61,6 +61,8 @@ struct xrt_dev {
     int tail_run[2];
     int xres, logits;            /* global indices */
     bool loaded, needs_reset, seq_open;
+    bool single;                 /* one run per dispatch (RUN, or AUTO after every K failed) */
+    bool to_single;              /* AUTO: a one-layer runlist failed; single runs from reset */
     int seq_len;
     enum eng_ert_state last_failure;
     char desc[320];
@@ -259,7 +261,10 @@ static void describe(struct xrt_dev *x)
     snprintf(x->desc, sizeof x->desc,
              "xrt: NPU through %s, kernel set %.120s (%s, %d layers), %s, %d KV rows, host "
              "timeout %d ms", xrtb_version(), x->ks.dir, x->ks.family, x->ks.n_layers,
-             x->cfg.no_runlist ? "one run at a time" : "layer runlists", x->capacity,
+             x->single ? "one run per dispatch"
+             : x->cfg.submit == ENG_XRT_SUBMIT_AUTO ? "layer runlists (single runs when every "
+                                                      "K fails)"
+                                                    : "layer runlists only", x->capacity,
              x->cfg.timeout_ms);
 }
 
@@ -304,7 +309,10 @@ static int x_load_model(void *ctx, const eng_pack *pack, char *err, size_t errle
         x->kern_of[i] = -1;
 
     /* 2. The device. */
-    struct xrtb_opts bo = {.device_index = 0, .no_runlist = x->cfg.no_runlist};
+    if (x->cfg.no_runlist)
+        x->cfg.submit = ENG_XRT_SUBMIT_RUN;
+    x->single = x->cfg.submit == ENG_XRT_SUBMIT_RUN;
+    struct xrtb_opts bo = {.device_index = 0, .no_runlist = x->single};
     char e2[300];
     if ((rc = xrtb_open(&bo, &x->b, e2, sizeof e2)))
         return eng__fail(err, errlen, rc, "xrt device: cannot open the NPU: %s", e2);
@@ -452,9 +460,15 @@ static void x_run_runlist(void *ctx, eng_device_seq *seq, const struct eng_runli
     int n = rl->layer_end - rl->layer_begin;
     if (n > 0) {
         struct xrtb_status st;
+        bool single = x->single || eng__xrt_forced_single();
+        xrtb_set_runlist(x->b, !single);
         xrtb_submit(x->b, &x->layer_run[rl->layer_begin], n, x->cfg.timeout_ms,
                     b->cancel ? cancelled : NULL, (const void *)b->cancel, &st);
         if (st.state != ENG_ERT_COMPLETED) {
+            /* AUTO's ladder: the planner halves K after each failure; when even a
+             * runlist of one layer fails, runlists themselves are the problem. */
+            if (n == 1 && !single && x->cfg.submit == ENG_XRT_SUBMIT_AUTO)
+                x->to_single = true;
             fail_status(x, out, &st, cmd + (st.failed >= 0 ? st.failed : 0));
             return;
         }
@@ -495,6 +509,11 @@ static int x_reset(void *ctx, char *err, size_t errlen)
         return eng__fail(err, errlen, rc, "xrt device: reset failed: %s", e2);
     x->needs_reset = false;
     x->seq_len = 0;     /* the device-side KV is lost */
+    if (x->to_single && !x->single) {
+        x->single = true;
+        describe(x);
+    }
+    x->to_single = false;
     return 0;
 }
 

@@ -21,9 +21,11 @@ struct dstate {
     std::string joined;
     int next_id[8] = {0};
     int runlist_limit = 0;
+    bool runlists_fail = false;   // every runlist times out at its first run
     int abort_at = -1;
     int unexpected_in = -1, unexpected_state = ERT_CMD_STATE_NEW;
     bool hang = false;
+    int late_waits = 0;    // waits that time out before the device finishes
     int fail_alloc = -1;
     std::string fail_load;
     bool fail_device = false;
@@ -343,7 +345,7 @@ std::cv_status run::wait2(const std::chrono::milliseconds &timeout) const
         handle->st = static_cast<ert_cmd_state>(S().unexpected_state);
         throw std::runtime_error("qds_device::wait() unexpected command state");
     }
-    if (S().hang) {
+    if (S().hang || (S().late_waits > 0 && S().late_waits--)) {
         hang_for(timeout);
         return std::cv_status::timeout;
     }
@@ -435,7 +437,10 @@ void runlist::execute()
     int n = static_cast<int>(handle->runs.size());
     int first = s.executed;
     s.executed += n;
-    if (s.runlist_limit > 0 && n > s.runlist_limit) {
+    if (s.runlists_fail && n > 0) {
+        handle->fail_at = 0;
+        handle->fail_state = ERT_CMD_STATE_TIMEOUT;
+    } else if (s.runlist_limit > 0 && n > s.runlist_limit) {
         handle->fail_at = s.runlist_limit;
         handle->fail_state = ERT_CMD_STATE_TIMEOUT;
     } else if (s.abort_at >= first && s.abort_at < first + n) {
@@ -454,7 +459,7 @@ std::cv_status runlist::wait(const std::chrono::milliseconds &timeout) const
         handle->st = static_cast<ert_cmd_state>(S().unexpected_state);
         throw std::runtime_error("qds_device::wait() unexpected command state");
     }
-    if (S().hang) {
+    if (S().hang || (S().late_waits > 0 && S().late_waits--)) {
         hang_for(timeout);
         return std::cv_status::timeout;
     }
@@ -566,6 +571,11 @@ void xrtdbl_set_runlist_limit(int n)
     S().runlist_limit = n;
 }
 
+void xrtdbl_set_runlists_fail(bool on)
+{
+    S().runlists_fail = on;
+}
+
 void xrtdbl_set_abort_at(int i)
 {
     S().abort_at = i;
@@ -575,6 +585,11 @@ void xrtdbl_set_unexpected_state(int n, int st)
 {
     S().unexpected_in = n;
     S().unexpected_state = st;
+}
+
+void xrtdbl_set_late(int n)
+{
+    S().late_waits = n;
 }
 
 void xrtdbl_set_hang(bool on)
