@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`minicpmd --device xrt` and `--npu-probe` on a machine without an NPU.
 
-    device_xrt.py MINICPMD MINICPMD_PACK MKKSET WORKDIR
+    device_xrt.py MINICPMD MINICPMD_PACK MKKSET WORKDIR [npu|model]
 
 Each way `--device xrt` can be unusable must end before the daemon listens, with
 exit code 2 and exactly one line on stderr that says what is wrong:
@@ -10,6 +10,10 @@ file it names, and (with a good kernel set) no XRT in the build or no NPU device
 node. `--npu-probe` without an NPU says so in one line and exits 1. `--device auto`
 never picks the NPU here. --check is used so a run that got past the checks ends
 on its own rather than serving.
+
+In a -Dxrt_model=true build (`model`), a good kernel set is enough: `--device xrt`
+runs on the functional model and says so, `--npu-probe` prints its table with the
+single-run row, and `--device auto` still never picks it.
 """
 import os
 import re
@@ -20,6 +24,7 @@ import sys
 
 def main(argv):
     exe, packgen, mkkset, work = argv[1:5]
+    model = len(argv) > 5 and argv[5] == "model"
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     pack = os.path.join(work, "tiny")
@@ -68,12 +73,30 @@ def main(argv):
          r"^minicpmd: --device xrt: kernel set .* is incomplete: lm_head_q4/final\.xclbin "
          r"\(named in manifest\.json\) does not exist$")
     good = kset("good")
-    case("--device xrt with a good kernel set and no NPU",
-         ["--device", "xrt", "--check", "--ctx-size", "1024", "--npu-kernels", good], 2,
-         r"^minicpmd: --device xrt: (this build has no XRT device|no NPU: /dev/accel/accel0 "
-         r"does not exist)")
-    case("--npu-probe without an NPU", ["--npu-probe", "--npu-kernels", good], 1,
-         r"^minicpmd: --npu-probe: no NPU")
+    if model:
+        for title, args, want in (
+                ("--device xrt on the functional model",
+                 ["--device", "xrt", "--check", "--ctx-size", "1024", "--npu-kernels", good],
+                 r"device xrt: functional model, not an NPU"),
+                ("--npu-probe on the functional model",
+                 ["--npu-probe", "--ctx-size", "1024", "--npu-kernels", good],
+                 r"functional model, not an NPU(.|\n)*\| run \| 5 \| COMPLETED \| 8/8 \|")):
+            ran += 1
+            p = subprocess.run([exe, "--model", pack, "--port", "0", "--state-dir",
+                                os.path.join(work, "state")] + args,
+                               env=env, capture_output=True, text=True, timeout=120)
+            ok = p.returncode == 0 and re.search(want, p.stdout)
+            print(("ok     " if ok else "FAILED ") + title)
+            print("       exit %d, stdout: %s" % (p.returncode, p.stdout.strip()[:300]))
+            if not ok:
+                failures.append(title)
+    else:
+        case("--device xrt with a good kernel set and no NPU",
+             ["--device", "xrt", "--check", "--ctx-size", "1024", "--npu-kernels", good], 2,
+             r"^minicpmd: --device xrt: (this build has no XRT device|no NPU: "
+             r"/dev/accel/accel0 does not exist)")
+        case("--npu-probe without an NPU", ["--npu-probe", "--npu-kernels", good], 1,
+             r"^minicpmd: --npu-probe: no NPU")
     # auto: the CPU, and --check says so on stdout
     ran += 1
     p = subprocess.run([exe, "--model", pack, "--check", "--npu-kernels", good], env=env,

@@ -703,6 +703,21 @@ void xrtb_submit(xrtb_dev *d, const int *runs, int n, int timeout_ms,
 
 void xrtb_set_runlist(xrtb_dev *d, bool on)
 {
+#if XRTB_HAVE_RUNLIST
+    // A run that sits in a runlist cannot be started alone: release the idle
+    // lists' runs (a list still executing stays, and xrtb_reset deals with it).
+    if (!on && d->use_runlist)
+        for (size_t li = 0; li < d->lists.size(); li++) {
+            list_rec &l = d->lists[li];
+            if (l.runs.empty() || l.executing)
+                continue;
+            try {
+                l.rl->reset();
+            } catch (...) {
+            }
+            drop_list(d, static_cast<int>(li));
+        }
+#endif
     d->use_runlist = XRTB_HAVE_RUNLIST && on;
 }
 

@@ -35,6 +35,9 @@
 #include "engine/device/xrt/npu-layout.h"
 #include "engine/device/xrt/xrt-impl.h"
 #include "util/fs.h"
+#ifdef MINICPMD_XRT_MODEL
+#include "xrt-double.h"     /* -Dxrt_model=true: the double computes (model.h) */
+#endif
 
 #include <errno.h>
 #include <stdio.h>
@@ -256,10 +259,16 @@ static int alloc_layers(struct xrt_dev *x, char *err, size_t errlen)
     return 0;
 }
 
+#ifdef MINICPMD_XRT_MODEL
+#define XRT_WHAT "xrt: functional model, not an NPU (the real bridge on %s)"
+#else
+#define XRT_WHAT "xrt: NPU through %s"
+#endif
+
 static void describe(struct xrt_dev *x)
 {
     snprintf(x->desc, sizeof x->desc,
-             "xrt: NPU through %s, kernel set %.120s (%s, %d layers), %s, %d KV rows, host "
+             XRT_WHAT ", kernel set %.120s (%s, %d layers), %s, %d KV rows, host "
              "timeout %d ms", xrtb_version(), x->ks.dir, x->ks.family, x->ks.n_layers,
              x->single ? "one run per dispatch"
              : x->cfg.submit == ENG_XRT_SUBMIT_AUTO ? "layer runlists (single runs when every "
@@ -553,6 +562,10 @@ int eng__device_xrt_open(const struct eng_device_opts *o, struct eng_device **ou
 {
     (void)o;
     const struct eng_xrt_config *c = eng__xrt_config();
+#ifdef MINICPMD_XRT_MODEL
+    xrtdbl_set_model(true);
+    if (0)
+#endif
     if (access(c->accel_node, F_OK) != 0)
         return eng__fail(err, errlen, -ENODEV,
                          "no NPU: %s does not exist (is the amdxdna driver loaded?)",
@@ -569,7 +582,7 @@ int eng__device_xrt_open(const struct eng_device_opts *o, struct eng_device **ou
         return eng__fail(err, errlen, -ENOMEM, "xrt device: out of memory");
     }
     x->tail_run[0] = x->tail_run[1] = -1;
-    snprintf(x->desc, sizeof x->desc, "xrt: NPU through %s (no model loaded)", xrtb_version());
+    snprintf(x->desc, sizeof x->desc, XRT_WHAT " (no model loaded)", xrtb_version());
     *out = &x->dev;
     return 0;
 }

@@ -62,11 +62,17 @@ bool eng_xrt_built(void)
 
 bool eng_xrt_node_present(void)
 {
+    /* The functional model is never an NPU `--device auto` should pick. */
+    if (MINICPMD_XRT_MODEL)
+        return false;
     return access(eng__xrt_config()->accel_node, F_OK) == 0;
 }
 
 const char *eng_xrt_build_info(void)
 {
+    if (MINICPMD_XRT_MODEL)
+        return "built against the functional model of the kernel set (-Dxrt_model=true): "
+               "a functional model, not an NPU";
     return MINICPMD_HAVE_XRT ? "built against XRT >= 2.18"
                              : "not built: XRT >= 2.18 was not found at build time (Debian "
                                "12's XRT 2.13 has no hw_context or runlist)";
@@ -101,7 +107,7 @@ int eng_xrt_preflight(const char *pack_dir, char *err, size_t errlen)
                        "cpu or sim", eng_xrt_build_info());
         goto out;
     }
-    if (access(c->accel_node, F_OK) != 0) {
+    if (!MINICPMD_XRT_MODEL && access(c->accel_node, F_OK) != 0) {
         rc = eng__fail(e2, sizeof e2, -ENODEV,
                        "no NPU: %s does not exist (is the amdxdna driver loaded?)",
                        c->accel_node);
@@ -305,7 +311,7 @@ int eng_xrt_probe_main(const char *pack_dir, const char *state_dir, FILE *out, F
         return 1;
     }
     const struct eng_xrt_config *c = eng__xrt_config();
-    if (access(c->accel_node, F_OK) != 0) {
+    if (!MINICPMD_XRT_MODEL && access(c->accel_node, F_OK) != 0) {
         fprintf(errout, "minicpmd: --npu-probe: no NPU: %s does not exist (is the amdxdna "
                         "driver loaded?)\n", c->accel_node);
         return 1;
