@@ -112,10 +112,15 @@ void xm_tab_prep(struct xm_tab *t, const float *x)
     }
 }
 
-static int nibble(const uint8_t *chunk, int r, int c)
+/* The 4-bit codes of a chunk: q(r, c) in byte (r/16)*2048 + c*8 + (r%16)/2, the
+ * low nibble for even r. */
+static void codes(const uint8_t *chunk, uint8_t q[32][256])
 {
-    uint8_t byte = chunk[1024 + (r / 16) * 2048 + c * 8 + (r % 16) / 2];
-    return (r % 2) ? byte >> 4 : byte & 15;
+    for (int r = 0; r < 32; r++)
+        for (int c = 0; c < 256; c++) {
+            uint8_t byte = chunk[1024 + (r / 16) * 2048 + c * 8 + (r % 16) / 2];
+            q[r][c] = (r % 2) ? byte >> 4 : byte & 15;
+        }
 }
 
 int xm_gemv(const uint8_t *pool, size_t pool_len, const struct xm_proj *p,
@@ -138,6 +143,8 @@ int xm_gemv(const uint8_t *pool, size_t pool_len, const struct xm_proj *p,
                     src = 1 - c;
                 const uint8_t *ch = pool + p->dst + src * XM_CHUNK;
                 int rb = (int)(2 * band) + half;
+                uint8_t q[32][256];
+                codes(ch, q);
                 for (int r = 0; r < 32; r++) {
                     int row = rb * 32 + r;
                     if (row >= p->rows)
@@ -148,7 +155,7 @@ int xm_gemv(const uint8_t *pool, size_t pool_len, const struct xm_proj *p,
                         const int16_t *xi = t->xi + 32 * kb;
                         int32_t part = 0;
                         for (int cc = 0; cc < 32; cc++)
-                            part += nibble(ch, r, g * 32 + cc) * (int32_t)xi[cc];
+                            part += q[r][g * 32 + cc] * (int32_t)xi[cc];
                         float d = xm_bf16_at(ch + 2 * (g * 32 + r));
                         float m = xm_bf16_at(ch + 512 + 2 * (g * 32 + r));
                         acc += d * ldexpf((float)part, -t->s[kb]);
