@@ -15,11 +15,15 @@ In a -Dxrt_model=true build (`model`), a good kernel set is enough: `--device xr
 runs on the functional model and says so, `--npu-probe` prints its table with the
 single-run row, and `--device auto` still never picks it.
 """
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 
 
 def main(argv):
@@ -90,6 +94,49 @@ def main(argv):
             print("       exit %d, stdout: %s" % (p.returncode, p.stdout.strip()[:300]))
             if not ok:
                 failures.append(title)
+        # --runlist-layers auto when every runlist fails: K halves to 1, then the
+        # device falls back to one run per dispatch, and the answer is the clean one.
+        def chat(extra_env):
+            ekv = dict(env)
+            ekv.update(extra_env)
+            d = subprocess.Popen([exe, "--model", pack, "--device", "xrt", "--port", "0",
+                                  "--ctx-size", "1024", "--npu-kernels", good,
+                                  "--runlist-layers", "auto", "--state-dir",
+                                  os.path.join(work, "state-chat")], env=ekv,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            try:
+                port = None
+                for line in d.stderr:
+                    m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+                    if m:
+                        port = int(m.group(1))
+                        break
+                for _ in range(600):        # loading: 503 until ready
+                    try:
+                        urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=5)
+                        break
+                    except urllib.error.HTTPError:
+                        time.sleep(0.1)
+                body = json.dumps({"model": "tiny", "max_tokens": 8, "temperature": 0,
+                                   "messages": [{"role": "user", "content": "hi"}]}).encode()
+                req = urllib.request.Request("http://127.0.0.1:%d/v1/chat/completions" % port,
+                                             body, {"content-type": "application/json"})
+                j = json.load(urllib.request.urlopen(req, timeout=120))
+                h = json.load(urllib.request.urlopen("http://127.0.0.1:%d/health" % port,
+                                                     timeout=10))
+                return j["choices"][0]["message"]["content"], h.get("device_description", "")
+            finally:
+                d.terminate()
+                d.wait(timeout=30)
+        ran += 1
+        clean, _ = chat({})
+        fell, desc = chat({"MINICPMD_XRT_MODEL_FAULT": "runlists"})
+        ok = fell == clean and "one run per dispatch" in desc and "functional model" in desc
+        print(("ok     " if ok else "FAILED ") + "auto reaches single runs when every runlist "
+              "fails")
+        print("       clean %r, with every runlist failing %r; /health: %s" % (clean, fell, desc))
+        if not ok:
+            failures.append("auto ladder")
     else:
         case("--device xrt with a good kernel set and no NPU",
              ["--device", "xrt", "--check", "--ctx-size", "1024", "--npu-kernels", good], 2,

@@ -36,6 +36,7 @@
 #include "engine/device/xrt/xrt-impl.h"
 #include "util/fs.h"
 #ifdef MINICPMD_XRT_MODEL
+#include "model.h"
 #include "xrt-double.h"     /* -Dxrt_model=true: the double computes (model.h) */
 #endif
 
@@ -66,6 +67,7 @@ struct xrt_dev {
     bool loaded, needs_reset, seq_open;
     bool single;                 /* one run per dispatch (RUN, or AUTO after every K failed) */
     bool to_single;              /* AUTO: a one-layer runlist failed; single runs from reset */
+    bool changed;                /* the last reset switched to single runs */
     int seq_len;
     enum eng_ert_state last_failure;
     char desc[320];
@@ -520,10 +522,19 @@ static int x_reset(void *ctx, char *err, size_t errlen)
     x->seq_len = 0;     /* the device-side KV is lost */
     if (x->to_single && !x->single) {
         x->single = true;
+        x->changed = true;
         describe(x);
     }
     x->to_single = false;
     return 0;
+}
+
+static bool x_reset_changed_mode(void *ctx)
+{
+    struct xrt_dev *x = ctx;
+    bool c = x->changed;
+    x->changed = false;
+    return c;
 }
 
 static void x_close(void *ctx)
@@ -554,6 +565,7 @@ static const struct eng_device_i xrt_iface = {
     .seq_truncate = x_seq_truncate,
     .run_runlist = x_run_runlist,
     .reset = x_reset,
+    .reset_changed_mode = x_reset_changed_mode,
     .close = x_close,
 };
 
@@ -563,7 +575,20 @@ int eng__device_xrt_open(const struct eng_device_opts *o, struct eng_device **ou
     (void)o;
     const struct eng_xrt_config *c = eng__xrt_config();
 #ifdef MINICPMD_XRT_MODEL
+    /* MINICPMD_XRT_MODEL_FAULT (tests of the whole daemon on the model):
+     * "runlists" makes every runlist time out; perm, attnpos, cossin, kvrow write
+     * one thing wrong (model.h). */
     xrtdbl_set_model(true);
+    const char *mf = getenv("MINICPMD_XRT_MODEL_FAULT");
+    if (mf && strcmp(mf, "runlists") == 0)
+        xrtdbl_set_runlists_fail(true);
+    else if (mf && *mf) {
+        int f = xmodel_fault_parse(mf);
+        if (f < 0)
+            return eng__fail(err, errlen, -EINVAL, "MINICPMD_XRT_MODEL_FAULT=%s: not one of "
+                             "runlists, perm, attnpos, cossin, kvrow", mf);
+        xmodel_set_fault((enum xm_fault)f);
+    }
     if (0)
 #endif
     if (access(c->accel_node, F_OK) != 0)
