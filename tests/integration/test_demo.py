@@ -189,7 +189,8 @@ def kv4_pack():
     subprocess.run([os.environ["MINICPMD_PACK_BIN"], "convert", CHECKPOINT, out,
                     "--kv-heads", "4"], check=True, stdout=subprocess.DEVNULL)
     subprocess.run([sys.executable, "-B", os.path.join(ROOT, "tests", "xrt", "mkkset.py"), out,
-                    os.path.join(out, "open_kernels"), "--max-ctx", "2048"], check=True)
+                    os.path.join(out, "open_kernels"), "--max-ctx", "2048", "--designs"],
+                   check=True)
     return out
 
 

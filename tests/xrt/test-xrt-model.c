@@ -206,7 +206,8 @@ static void report(const char *what, const struct agree *a)
 MCD_TEST(model, tiny_agrees_with_the_cpu_f32)
 {
     struct agree a;
-    agreement(pack_dir("tiny"), kset_dir("tiny", "model", NULL), 64, 32, XM_FAULT_NONE, &a);
+    agreement(pack_dir("tiny"), kset_dir("tiny", "model", "--designs"), 64, 32, XM_FAULT_NONE,
+              &a);
     report("tiny, clean:", &a);
     cr_assert(agrees(&a, 32), "the functional model disagrees with the CPU (f32)");
 }
@@ -214,7 +215,7 @@ MCD_TEST(model, tiny_agrees_with_the_cpu_f32)
 MCD_TEST(model, each_corruption_makes_the_comparison_fail)
 {
     static const char *const names[] = {"", "perm", "attnpos", "cossin", "kvrow"};
-    const char *kdir = kset_dir("tiny", "model-bad", NULL);
+    const char *kdir = kset_dir("tiny", "model-bad", "--designs");
     for (int f = XM_FAULT_PERM; f <= XM_FAULT_KVROW; f++) {
         struct agree a;
         agreement(pack_dir("tiny"), kdir, 64, 32, (enum xm_fault)f, &a);
@@ -248,7 +249,8 @@ static const char *kset_2b8(void)
     static char d[2048];
     snprintf(d, sizeof d, "%s/kset-2b-kv8", work());
     char cmd[10000];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' && /usr/bin/python3 -B '%s' '%s' '%s' --max-ctx 128",
+    snprintf(cmd, sizeof cmd,
+             "rm -rf '%s' && /usr/bin/python3 -B '%s' '%s' '%s' --max-ctx 128 --designs",
              d, getenv("MINICPMD_MKKSET"), pack_2b8(), d);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     return d;

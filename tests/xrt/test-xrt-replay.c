@@ -104,7 +104,7 @@ static int generate(const char *kdir, bool single, int k, enum fault f, int at, 
 
 MCD_TEST(replay, faults_then_replay_give_the_clean_tokens)
 {
-    const char *kdir = kset_dir("tiny", "replay", NULL);
+    const char *kdir = kset_dir("tiny", "replay", "--designs");
     int32_t clean[N_GEN], got[N_GEN];
     cr_assert_eq(generate(kdir, false, ENG_PLAN_ALL, F_NONE, -1, clean), 0);
     static const char *const names[] = {"", "hang mid-runlist", "abort", "NEW state"};
