@@ -96,13 +96,15 @@ def main(argv):
                 failures.append(title)
         # --runlist-layers auto when every runlist fails: K halves to 1, then the
         # device falls back to one run per dispatch, and the answer is the clean one.
-        def chat(extra_env):
+        def chat(extra_env, submit="auto"):
+            chat.n = getattr(chat, "n", 0) + 1     # a fresh state dir: no remembered K
             ekv = dict(env)
             ekv.update(extra_env)
             d = subprocess.Popen([exe, "--model", pack, "--device", "xrt", "--port", "0",
                                   "--ctx-size", "1024", "--npu-kernels", good,
-                                  "--runlist-layers", "auto", "--state-dir",
-                                  os.path.join(work, "state-chat")], env=ekv,
+                                  "--runlist-layers", "auto", "--npu-submit", submit,
+                                  "--state-dir", os.path.join(work, "state-chat%d" % chat.n)],
+                                 env=ekv,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             try:
                 port = None
@@ -127,16 +129,32 @@ def main(argv):
                 return j["choices"][0]["message"]["content"], h.get("device_description", "")
             finally:
                 d.terminate()
-                d.wait(timeout=30)
+                chat.log = d.communicate(timeout=30)[1]
         ran += 1
         clean, _ = chat({})
-        fell, desc = chat({"MINICPMD_XRT_MODEL_FAULT": "runlists"})
+        fell, desc = chat({"XRT_MODEL_FAULT": "runlists"})
         ok = fell == clean and "one run per dispatch" in desc and "functional model" in desc
         print(("ok     " if ok else "FAILED ") + "auto reaches single runs when every runlist "
               "fails")
         print("       clean %r, with every runlist failing %r; /health: %s" % (clean, fell, desc))
         if not ok:
             failures.append("auto ladder")
+        # A hang in the middle of a runlist (run 62: layer 2 of token 10), an abort, a
+        # NEW state: the worker resets, replays, and the answer is the clean one; the
+        # same with one run per dispatch.
+        for submit in ("auto", "run"):
+            clean, _ = chat({}, submit)
+            for fault in ("hang@62", "abort@62", "new@62"):
+                ran += 1
+                got, _ = chat({"XRT_MODEL_FAULT": fault}, submit)
+                hit = "ERT_CMD_STATE_" in chat.log and "replaying" in chat.log
+                ok = got == clean and hit
+                title = "%s with --npu-submit %s: the replay gives the clean answer" % (fault,
+                                                                                       submit)
+                print(("ok     " if ok else "FAILED ") + title)
+                print("       %r vs clean %r; fault seen and replayed: %s" % (got, clean, hit))
+                if not ok:
+                    failures.append(title)
     else:
         case("--device xrt with a good kernel set and no NPU",
              ["--device", "xrt", "--check", "--ctx-size", "1024", "--npu-kernels", good], 2,

@@ -575,18 +575,28 @@ int eng__device_xrt_open(const struct eng_device_opts *o, struct eng_device **ou
     (void)o;
     const struct eng_xrt_config *c = eng__xrt_config();
 #ifdef MINICPMD_XRT_MODEL
-    /* MINICPMD_XRT_MODEL_FAULT (tests of the whole daemon on the model):
-     * "runlists" makes every runlist time out; perm, attnpos, cossin, kvrow write
-     * one thing wrong (model.h). */
+    /* XRT_MODEL_FAULT (tests of the whole daemon on the model):
+     * "runlists" makes every runlist time out; hang@N, abort@N, new@N make the run
+     * executed as number N (from 0, since the device opened) hang (TIMEOUT), abort,
+     * or leave the next wait in NEW; perm, attnpos, cossin, kvrow write one thing
+     * wrong (model.h). */
     xrtdbl_set_model(true);
-    const char *mf = getenv("MINICPMD_XRT_MODEL_FAULT");
+    const char *mf = getenv("XRT_MODEL_FAULT");
+    int at = -1;
     if (mf && strcmp(mf, "runlists") == 0)
         xrtdbl_set_runlists_fail(true);
+    else if (mf && sscanf(mf, "hang@%d", &at) == 1)
+        xrtdbl_set_hang_at(at);
+    else if (mf && sscanf(mf, "abort@%d", &at) == 1)
+        xrtdbl_set_abort_at(at);
+    else if (mf && sscanf(mf, "new@%d", &at) == 1)
+        xrtdbl_set_new_after(at);
     else if (mf && *mf) {
         int f = xmodel_fault_parse(mf);
         if (f < 0)
-            return eng__fail(err, errlen, -EINVAL, "MINICPMD_XRT_MODEL_FAULT=%s: not one of "
-                             "runlists, perm, attnpos, cossin, kvrow", mf);
+            return eng__fail(err, errlen, -EINVAL, "XRT_MODEL_FAULT=%s: not one of "
+                             "runlists, hang@N, abort@N, new@N, perm, attnpos, cossin, "
+                             "kvrow", mf);
         xmodel_set_fault((enum xm_fault)f);
     }
     if (0)

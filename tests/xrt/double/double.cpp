@@ -23,6 +23,8 @@ struct dstate {
     int runlist_limit = 0;
     bool runlists_fail = false;   // every runlist times out at its first run
     int abort_at = -1;
+    int hang_at = -1;      // the run executed as this number hangs: the driver's TIMEOUT
+    int new_after = -1;    // the first wait once this run number was handed out: NEW
     int unexpected_in = -1, unexpected_state = ERT_CMD_STATE_NEW;
     bool hang = false;
     int late_waits = 0;    // waits that time out before the device finishes
@@ -68,6 +70,11 @@ void rec(const char *fmt, ...)
 bool unexpected_now()
 {
     dstate &s = S();
+    if (s.new_after >= 0 && s.executed > s.new_after) {
+        s.new_after = -1;
+        s.unexpected_state = ERT_CMD_STATE_NEW;
+        return true;
+    }
     if (s.unexpected_in < 0)
         return false;
     if (s.unexpected_in-- == 0)
@@ -339,7 +346,9 @@ void run::start()
     handle->started = true;
     dstate &s = S();
     int i = s.executed++;
-    handle->st = (s.abort_at == i) ? ERT_CMD_STATE_ABORT : ERT_CMD_STATE_COMPLETED;
+    handle->st = s.abort_at == i  ? ERT_CMD_STATE_ABORT
+                 : s.hang_at == i ? ERT_CMD_STATE_TIMEOUT
+                                  : ERT_CMD_STATE_COMPLETED;
 }
 
 std::cv_status run::wait2(const std::chrono::milliseconds &timeout) const
@@ -446,6 +455,9 @@ void runlist::execute()
         handle->fail_state = ERT_CMD_STATE_TIMEOUT;
     } else if (s.runlist_limit > 0 && n > s.runlist_limit) {
         handle->fail_at = s.runlist_limit;
+        handle->fail_state = ERT_CMD_STATE_TIMEOUT;
+    } else if (s.hang_at >= first && s.hang_at < first + n) {
+        handle->fail_at = s.hang_at - first;
         handle->fail_state = ERT_CMD_STATE_TIMEOUT;
     } else if (s.abort_at >= first && s.abort_at < first + n) {
         handle->fail_at = s.abort_at - first;
@@ -573,6 +585,16 @@ const char *xrtdbl_log_line(size_t i)
 void xrtdbl_set_runlist_limit(int n)
 {
     S().runlist_limit = n;
+}
+
+void xrtdbl_set_hang_at(int i)
+{
+    S().hang_at = i;
+}
+
+void xrtdbl_set_new_after(int i)
+{
+    S().new_after = i;
 }
 
 void xrtdbl_set_runlists_fail(bool on)

@@ -24,6 +24,14 @@ const char *xrtdbl_log_line(size_t i);
  * xrt::runlist::aie_error TIMEOUT naming run n (0-based), with health words, as
  * amdxdna's TDR reports it. 0 = no limit. */
 void xrtdbl_set_runlist_limit(int n);
+/* The run executed as number i (counted as abort_at) hangs: amdxdna's hang
+ * detection ends it in TIMEOUT (runlist::aie_error naming it, or run::command_error
+ * alone); it computes nothing. -1 = off. */
+void xrtdbl_set_hang_at(int i);
+/* The first wait after the run numbered i was handed out throws "qds_device::wait()
+ * unexpected command state" with the object left in NEW; nothing it waited for
+ * computed. -1 = off. */
+void xrtdbl_set_new_after(int i);
 /* Every runlist, of any length, times out at its first run (as the limit above);
  * runs started alone still complete. */
 void xrtdbl_set_runlists_fail(bool on);
