@@ -139,12 +139,13 @@ def main(argv):
         print("       clean %r, with every runlist failing %r; /health: %s" % (clean, fell, desc))
         if not ok:
             failures.append("auto ladder")
-        # A hang in the middle of a runlist (run 62: layer 2 of token 10), an abort, a
+        # A hang in the middle of a runlist (run 64: 15 prompt tokens of 4 layer runs and
+        # one ln + lm are runs 0-61, so it is layer 2 of the first decode), an abort, a
         # NEW state: the worker resets, replays, and the answer is the clean one; the
         # same with one run per dispatch.
         for submit in ("auto", "run"):
             clean, _ = chat({}, submit)
-            for fault in ("hang@62", "abort@62", "new@62"):
+            for fault in ("hang@64", "abort@64", "new@64"):
                 ran += 1
                 got, _ = chat({"XRT_MODEL_FAULT": fault}, submit)
                 hit = "ERT_CMD_STATE_" in chat.log and "replaying" in chat.log
@@ -152,7 +153,7 @@ def main(argv):
                 title = "%s with --npu-submit %s: the replay gives the clean answer" % (fault,
                                                                                        submit)
                 print(("ok     " if ok else "FAILED ") + title)
-                print("       %r vs clean %r; fault seen and replayed: %s" % (got, clean, hit))
+                print("       %r vs clean %r; fault seen and replayed: %s (%s)" % (got, clean, hit, (re.findall(r"failing layer \d+", chat.log) or ["-"])[0]))
                 if not ok:
                     failures.append(title)
     else:
