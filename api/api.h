@@ -30,6 +30,8 @@ struct api_health {
     enum api_health_state state;
     const char *model;          /* model id or NULL */
     const char *device;         /* serving device name or NULL */
+    const char *device_description; /* its one line (e.g. "xrt: functional model, not an
+                                       NPU …"), or NULL */
     const char *detail;         /* e.g. the load error, or NULL */
     bool device_down;           /* "device_state":"down": the last device reset failed
                                  * (still 200: each request tries a reset first) */

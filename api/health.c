@@ -39,6 +39,7 @@ char *api_health_body(const struct api_health *h)
                                                      : "error"));
     set_opt_string(o, "model", h->model);
     set_opt_string(o, "device", h->device);
+    set_opt_string(o, "device_description", h->device_description);
     set_opt_string(o, "detail", h->detail);
     if (h->device_down)
         json_object_set_new(o, "device_state", json_string("down"));

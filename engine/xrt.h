@@ -28,7 +28,15 @@ struct eng_xrt_config {
     int timeout_ms;             /* host wait per submission; 0: ENG_XRT_DEFAULT_TIMEOUT_MS */
     const char *accel_node;     /* NULL: ENG_XRT_ACCEL_NODE (tests point it elsewhere) */
     bool no_runlist;            /* run one at a time (tests; XRT without runlist) */
+    int submit;                 /* enum eng_xrt_submit */
 };
+
+/* How layer runs are submitted. AUTO: runlists of the planner's K; when a runlist
+ * of a single layer fails too (every K has failed: the planner halves K down to 1
+ * first), the device falls back to RUN for good. RUN: one xrt::run per dispatch,
+ * started and waited, the only mode the kernels are known to decode in on XDNA 2
+ * (docs/npu-kernels.md §3.5). */
+enum eng_xrt_submit { ENG_XRT_SUBMIT_AUTO = 0, ENG_XRT_SUBMIT_RUNLIST, ENG_XRT_SUBMIT_RUN };
 
 void eng_xrt_configure(const struct eng_xrt_config *c);
 

@@ -138,6 +138,7 @@ static int h_health(srv_request *req, struct srv_response *resp)
     if (app->eng && h.state == API_HEALTH_OK) {
         struct eng_worker_stats ws;
         eng_engine_get_stats(app->eng, &ws);
+        h.device_description = eng_engine_device_description(app->eng);
         h.has_slots = true;
         h.slots_in_use = ws.active;
         h.slots_total = ws.parallel;

@@ -157,8 +157,11 @@ int main(int argc, char **argv)
         log_warn("%s", loc.warning);
     /* The NPU: --npu-probe, and the device choice, settled before listening so that
      * an unusable `--device xrt` exits 2 with one line (engine/xrt.h). */
-    eng_xrt_configure(&(struct eng_xrt_config){.kernels_dir = cfg.npu_kernels,
-                                               .ctx_size = cfg.ctx_size});
+    eng_xrt_configure(&(struct eng_xrt_config){
+        .kernels_dir = cfg.npu_kernels, .ctx_size = cfg.ctx_size,
+        .submit = cfg.npu_submit == CFG_NPU_SUBMIT_RUN       ? ENG_XRT_SUBMIT_RUN
+                  : cfg.npu_submit == CFG_NPU_SUBMIT_RUNLIST ? ENG_XRT_SUBMIT_RUNLIST
+                                                             : ENG_XRT_SUBMIT_AUTO});
     if (cfg.npu_probe) {
         rc = eng_xrt_probe_main(loc.source != CFG_MODEL_NONE ? loc.path : NULL, cfg.state_dir,
                                 stdout, stderr);

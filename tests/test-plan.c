@@ -225,6 +225,27 @@ MCD_TEST(kpolicy, halving_sequence_42)
     cr_assert_eq(p.attempts, 7, "1 try + 6 replays");
 }
 
+/* K = 1 failed, but the reset changed how the device runs layers (xrt: one run per
+ * dispatch from now on): one more replay, still within the retries; then K = 1
+ * gives up as before. */
+MCD_TEST(kpolicy, k1_replays_once_after_the_device_changed_mode)
+{
+    struct eng_kpolicy p = policy(ENG_KMODE_AUTO, 4, 0, ENG_PLAN_ALL, 0, 4);
+    eng_kpolicy_begin(&p);
+    cr_assert_eq(eng_kpolicy_failed(&p, ENG_ERT_TIMEOUT), ENG_KVERDICT_RETRY);   /* 4 -> 2 */
+    cr_assert_eq(eng_kpolicy_failed(&p, ENG_ERT_TIMEOUT), ENG_KVERDICT_RETRY);   /* 2 -> 1 */
+    p.device_changed = true;
+    cr_assert_eq(eng_kpolicy_failed(&p, ENG_ERT_TIMEOUT), ENG_KVERDICT_RETRY);
+    cr_assert_eq(eng_kpolicy_k(&p), 1);
+    cr_assert_not(p.device_changed, "used once");
+    cr_assert_eq(eng_kpolicy_failed(&p, ENG_ERT_TIMEOUT), ENG_KVERDICT_GIVE_UP);
+    /* FIXED K never replays, whatever the device did */
+    p = policy(ENG_KMODE_FIXED, 4, 1, ENG_PLAN_ALL, 0, 4);
+    eng_kpolicy_begin(&p);
+    p.device_changed = true;
+    cr_assert_eq(eng_kpolicy_failed(&p, ENG_ERT_TIMEOUT), ENG_KVERDICT_GIVE_UP);
+}
+
 MCD_TEST(kpolicy, halving_from_device_default)
 {
     struct eng_kpolicy p = policy(ENG_KMODE_AUTO, 42, 0, 36, 0, -1);

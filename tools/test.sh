@@ -2,9 +2,11 @@
 # Install what is missing, build, and run every test twice: a normal build and an
 # AddressSanitizer+UndefinedBehaviorSanitizer build; then run each libFuzzer target
 # for MINICPMD_FUZZ_SECONDS (default 20) in a clang build.
-#   tools/test.sh --long [fuzz-NAME...]   (nightly) only the fuzz targets (or the
-#       ones named), each for MINICPMD_FUZZ_RUNS inputs (default 10,000,000) with
-#       the same resource limits: hours per target on 2 cores.
+#   tools/test.sh --long [fuzz-NAME...]   (nightly) the NPU path's comparison on
+#       MiniCPM5-2B's shapes (xrt-model with MINICPMD_XRT_LONG=1), the daemon on the
+#       functional model of the kernel set (a -Dxrt_model=true build), then only the fuzz
+#       targets (or the ones named), each for MINICPMD_FUZZ_RUNS inputs (default
+#       10,000,000) with the same resource limits: hours per target on 2 cores.
 # Ends with "N passed, N failed, N skipped".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -62,6 +64,13 @@ run_suite() { # builddir, meson test args, meson setup args...
 }
 
 if [ "$long" -eq 1 ]; then
+    # The NPU path on MiniCPM5-2B's shapes against the CPU: the functional model's
+    # 64 + 32 token comparison on the 2b pack with 8 KV heads (minutes).
+    MINICPMD_XRT_LONG=1 run_suite build "xrt-model"
+    # The daemon on the functional model (-Dxrt_model=true): --device xrt end to end,
+    # the probe, the auto ladder, and the demo's answers through the NPU path.
+    run_suite build-model "xrt-model xrt-replay xrt-daemon demo.skills_npu_model_equal" \
+        -Dxrt_model=true
     CC=clang run_suite build-fuzz "${*:---suite fuzz}" -Dfuzz=enabled \
         -Dfuzz_runs="${MINICPMD_FUZZ_RUNS:-10000000}" -Db_sanitize=address,undefined -Db_lundef=false
     echo "$total_p passed, $total_f failed, $total_s skipped"

@@ -210,3 +210,9 @@ int eng_device_reset(struct eng_device *d, char *err, size_t errlen)
     return d->iface->reset(d->context, err, errlen);
 }
 
+bool eng_device_reset_changed_mode(struct eng_device *d)
+{
+    assert(d);
+    return d->iface->reset_changed_mode && d->iface->reset_changed_mode(d->context);
+}
+

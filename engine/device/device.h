@@ -152,6 +152,10 @@ struct eng_device_i {
     int (*seq_copy)(void *ctx, eng_device_seq *dst, eng_device_seq *src, int n);
     /* Bring the device back after a failed runlist. (optional: nothing to do) */
     int (*reset)(void *ctx, char *err, size_t errlen);
+    /* (optional) True once after a reset that changed how the device runs layers
+     * (xrt's AUTO submission: runlists -> one run per dispatch), so a failure at
+     * K = 1 is still worth a replay. */
+    bool (*reset_changed_mode)(void *ctx);
     /* Free everything; sequences must have ended. */
     void (*close)(void *ctx);
 };
@@ -213,6 +217,7 @@ int eng_device_run_runlist_multi(struct eng_device *d, eng_device_seq *const *se
 /* Reset after a failed runlist. Returns 0 (also when the backend has nothing to
  * reset) or negative when the device could not recover (err says why). */
 int eng_device_reset(struct eng_device *d, char *err, size_t errlen);
+bool eng_device_reset_changed_mode(struct eng_device *d);   /* false when not implemented */
 
 /* ---- backends (device.c's registry calls these) ------------------------------- */
 

@@ -177,6 +177,13 @@ enum eng_kverdict eng_kpolicy_failed(struct eng_kpolicy *p, int state)
 {
     if (p->attempts < 1)
         p->attempts = 1;  /* a caller that forgot eng_kpolicy_begin */
+    bool changed = p->device_changed;
+    p->device_changed = false;
+    if (p->mode == ENG_KMODE_AUTO && eng_kpolicy_adapts(state) && p->k <= 1 && changed &&
+        p->attempts - 1 < p->max_retries) {
+        p->attempts++;          /* the ladder's last rung: the device's own fallback */
+        return ENG_KVERDICT_RETRY;
+    }
     if (p->mode != ENG_KMODE_AUTO || !eng_kpolicy_adapts(state) || p->k <= 1)
         return ENG_KVERDICT_GIVE_UP;
     p->run = 0;

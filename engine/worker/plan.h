@@ -172,6 +172,8 @@ struct eng_kpolicy {
     int probe_base;         /* AUTO: tokens before a probe, after a good one */
     int probe_after;        /* AUTO: tokens before the next probe (backs off) */
     bool probing;           /* AUTO: K was raised and has not completed a request */
+    bool device_changed;    /* the last reset changed how the device runs layers: a
+                               failure at K = 1 gets one more replay */
 };
 
 /* Returns 0, or -EINVAL (bad n_layers, FIXED with fixed_k < 1, unknown mode; the

@@ -207,6 +207,8 @@ static void on_fault(struct eng_worker *w, struct item *it, int n)
 {
     char err[256] = "";
     bool ok = eng_device_reset(w->dev, err, sizeof err) == 0;
+    if (ok)
+        w->kp.device_changed = eng_device_reset_changed_mode(w->dev);
     if (ok) {
         atomic_fetch_add_explicit(&w->m.device_resets, 1, memory_order_relaxed);
         w->device_broken = false;

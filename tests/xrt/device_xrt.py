@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`minicpmd --device xrt` and `--npu-probe` on a machine without an NPU.
 
-    device_xrt.py MINICPMD MINICPMD_PACK MKKSET WORKDIR
+    device_xrt.py MINICPMD MINICPMD_PACK MKKSET WORKDIR [npu|model]
 
 Each way `--device xrt` can be unusable must end before the daemon listens, with
 exit code 2 and exactly one line on stderr that says what is wrong:
@@ -10,16 +10,25 @@ file it names, and (with a good kernel set) no XRT in the build or no NPU device
 node. `--npu-probe` without an NPU says so in one line and exits 1. `--device auto`
 never picks the NPU here. --check is used so a run that got past the checks ends
 on its own rather than serving.
+
+In a -Dxrt_model=true build (`model`), a good kernel set is enough: `--device xrt`
+runs on the functional model and says so, `--npu-probe` prints its table with the
+single-run row, and `--device auto` still never picks it.
 """
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 
 
 def main(argv):
     exe, packgen, mkkset, work = argv[1:5]
+    model = len(argv) > 5 and argv[5] == "model"
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     pack = os.path.join(work, "tiny")
@@ -68,12 +77,92 @@ def main(argv):
          r"^minicpmd: --device xrt: kernel set .* is incomplete: lm_head_q4/final\.xclbin "
          r"\(named in manifest\.json\) does not exist$")
     good = kset("good")
-    case("--device xrt with a good kernel set and no NPU",
-         ["--device", "xrt", "--check", "--ctx-size", "1024", "--npu-kernels", good], 2,
-         r"^minicpmd: --device xrt: (this build has no XRT device|no NPU: /dev/accel/accel0 "
-         r"does not exist)")
-    case("--npu-probe without an NPU", ["--npu-probe", "--npu-kernels", good], 1,
-         r"^minicpmd: --npu-probe: no NPU")
+    if model:
+        for title, args, want in (
+                ("--device xrt on the functional model",
+                 ["--device", "xrt", "--check", "--ctx-size", "1024", "--npu-kernels", good],
+                 r"device xrt: functional model, not an NPU"),
+                ("--npu-probe on the functional model",
+                 ["--npu-probe", "--ctx-size", "1024", "--npu-kernels", good],
+                 r"functional model, not an NPU(.|\n)*\| run \| 5 \| COMPLETED \| 8/8 \|")):
+            ran += 1
+            p = subprocess.run([exe, "--model", pack, "--port", "0", "--state-dir",
+                                os.path.join(work, "state")] + args,
+                               env=env, capture_output=True, text=True, timeout=120)
+            ok = p.returncode == 0 and re.search(want, p.stdout)
+            print(("ok     " if ok else "FAILED ") + title)
+            print("       exit %d, stdout: %s" % (p.returncode, p.stdout.strip()[:300]))
+            if not ok:
+                failures.append(title)
+        # --runlist-layers auto when every runlist fails: K halves to 1, then the
+        # device falls back to one run per dispatch, and the answer is the clean one.
+        def chat(extra_env, submit="auto"):
+            chat.n = getattr(chat, "n", 0) + 1     # a fresh state dir: no remembered K
+            ekv = dict(env)
+            ekv.update(extra_env)
+            d = subprocess.Popen([exe, "--model", pack, "--device", "xrt", "--port", "0",
+                                  "--ctx-size", "1024", "--npu-kernels", good,
+                                  "--runlist-layers", "auto", "--npu-submit", submit,
+                                  "--state-dir", os.path.join(work, "state-chat%d" % chat.n)],
+                                 env=ekv,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            try:
+                port = None
+                for line in d.stderr:
+                    m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+                    if m:
+                        port = int(m.group(1))
+                        break
+                for _ in range(600):        # loading: 503 until ready
+                    try:
+                        urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=5)
+                        break
+                    except urllib.error.HTTPError:
+                        time.sleep(0.1)
+                body = json.dumps({"model": "tiny", "max_tokens": 8, "temperature": 0,
+                                   "messages": [{"role": "user", "content": "hi"}]}).encode()
+                req = urllib.request.Request("http://127.0.0.1:%d/v1/chat/completions" % port,
+                                             body, {"content-type": "application/json"})
+                j = json.load(urllib.request.urlopen(req, timeout=120))
+                h = json.load(urllib.request.urlopen("http://127.0.0.1:%d/health" % port,
+                                                     timeout=10))
+                return j["choices"][0]["message"]["content"], h.get("device_description", "")
+            finally:
+                d.terminate()
+                chat.log = d.communicate(timeout=30)[1]
+        ran += 1
+        clean, _ = chat({})
+        fell, desc = chat({"XRT_MODEL_FAULT": "runlists"})
+        ok = fell == clean and "one run per dispatch" in desc and "functional model" in desc
+        print(("ok     " if ok else "FAILED ") + "auto reaches single runs when every runlist "
+              "fails")
+        print("       clean %r, with every runlist failing %r; /health: %s" % (clean, fell, desc))
+        if not ok:
+            failures.append("auto ladder")
+        # A hang in the middle of a runlist (run 64: 15 prompt tokens of 4 layer runs and
+        # one ln + lm are runs 0-61, so it is layer 2 of the first decode), an abort, a
+        # NEW state: the worker resets, replays, and the answer is the clean one; the
+        # same with one run per dispatch.
+        for submit in ("auto", "run"):
+            clean, _ = chat({}, submit)
+            for fault in ("hang@64", "abort@64", "new@64"):
+                ran += 1
+                got, _ = chat({"XRT_MODEL_FAULT": fault}, submit)
+                hit = "ERT_CMD_STATE_" in chat.log and "replaying" in chat.log
+                ok = got == clean and hit
+                title = "%s with --npu-submit %s: the replay gives the clean answer" % (fault,
+                                                                                       submit)
+                print(("ok     " if ok else "FAILED ") + title)
+                print("       %r vs clean %r; fault seen and replayed: %s (%s)" % (got, clean, hit, (re.findall(r"failing layer \d+", chat.log) or ["-"])[0]))
+                if not ok:
+                    failures.append(title)
+    else:
+        case("--device xrt with a good kernel set and no NPU",
+             ["--device", "xrt", "--check", "--ctx-size", "1024", "--npu-kernels", good], 2,
+             r"^minicpmd: --device xrt: (this build has no XRT device|no NPU: "
+             r"/dev/accel/accel0 does not exist)")
+        case("--npu-probe without an NPU", ["--npu-probe", "--npu-kernels", good], 1,
+             r"^minicpmd: --npu-probe: no NPU")
     # auto: the CPU, and --check says so on stdout
     ran += 1
     p = subprocess.run([exe, "--model", pack, "--check", "--npu-kernels", good], env=env,

@@ -2,6 +2,7 @@
 """Write a stand-in open NPU kernel set for a minicpmd pack, for tests.
 
     mkkset.py PACK_DIR OUT_DIR [--set KEY=VALUE]... [--drop RELPATH]... [--max-ctx N]
+              [--designs]
 
 The manifest has the shape OpenFlowLM-Next's export writes for the dense recipe
 (recipes/manifest.py + recipes/dense.py; docs/npu-kernels.md §1.3, §2): spec,
@@ -20,6 +21,12 @@ NPU; the conformance double never reads the files.
 
 --set spec.num_layers=42 or --set hf_config_check.vocab_size=7 breaks the set on
 purpose; --drop dx/insts.bin leaves a named file out.
+
+--designs refuses (exit 2) a model the dense designs cannot be specialised for,
+as the functional model of the kernels (tests/xrt/double/model.h) needs: hidden
+and FFN multiples of 256, KV heads even, head_dim 64 or 128, a position record
+of at most two attention elements. Without it any pack gets a set (the call-
+sequence tests use narrow packs the designs would refuse).
 """
 import json
 import math
@@ -58,9 +65,13 @@ def main(argv):
         print(__doc__, file=sys.stderr)
         return 2
     pack, out = argv[1], argv[2]
-    sets, drops, max_ctx = [], [], 4096
+    sets, drops, max_ctx, designs = [], [], 4096, False
     i = 3
     while i < len(argv):
+        if argv[i] == "--designs":
+            designs = True
+            i += 1
+            continue
         if argv[i] == "--set":
             sets.append(argv[i + 1])
         elif argv[i] == "--drop":
@@ -82,6 +93,18 @@ def main(argv):
     half = HD // 2
     inv_freq = [theta ** (-i / half) for i in range(half)]
 
+    if designs:
+        why = [w for bad, w in (
+            (H % 256, "hidden %d is not a multiple of 256" % H),
+            (F % 256, "FFN %d is not a multiple of 256" % F),
+            (KVH % 2, "%d KV heads is odd" % KVH),
+            (HD not in (64, 128), "head_dim %d is not 64 or 128" % HD),
+            (ptab_row > 2 * E_A and ptab_row > 1024,
+             "the position record is more than two attention elements")) if bad]
+        if why:
+            print("mkkset.py: the dense designs do not fit %s: %s" % (pack, "; ".join(why)),
+                  file=sys.stderr)
+            return 2
     pre = "model.layers.{l}."
     pool, off = [], 0
     for name, rows, cols in (("self_attn.q_proj", QW, H), ("self_attn.k_proj", KVW, H),

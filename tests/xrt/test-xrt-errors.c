@@ -127,7 +127,7 @@ MCD_TEST(errors, hang_past_the_host_timeout)
     struct eng_run_result res;
     cr_assert_neq(decode(&s, d, 3, NULL, &res), 0);
     cr_assert_eq(res.state, ENG_ERT_TIMEOUT);
-    cr_assert(strstr(res.message, "host wait gave up after 120 ms"), "%s", res.message);
+    cr_assert(strstr(res.message, "did not finish in 120 + 1000 ms"), "%s", res.message);
     cr_assert_geq(res.elapsed_us, 100000);
     /* reset while it still hangs: the list is abandoned, fresh runs are made */
     char err[256];
@@ -140,6 +140,25 @@ MCD_TEST(errors, hang_past_the_host_timeout)
     step_deinit(&s, d);
     eng_device_free(d);
     eng_pack_free(p);
+}
+
+/* A command that finishes within the second wait is late, not hung: the token
+ * stands and nothing is reset; one that does not is hung. Both modes. */
+MCD_TEST(errors, late_is_told_from_hung)
+{
+    for (int single = 0; single < 2; single++) {
+        eng_pack *p;
+        struct step s;
+        struct eng_device *d = failing_setup(&p, &s, 21, 120, single);
+        xrtdbl_set_late(3);     /* the 120 ms wait sees nothing; the grace second does */
+        struct eng_run_result res;
+        cr_assert_eq(decode(&s, d, 3, NULL, &res), 0, "late was taken for hung: %s",
+                     res.message);
+        cr_assert_eq(decode(&s, d, 4, NULL, &res), 0, "%s", res.message);
+        step_deinit(&s, d);
+        eng_device_free(d);
+        eng_pack_free(p);
+    }
 }
 
 MCD_TEST(errors, cancel_ends_a_hang_in_abort)

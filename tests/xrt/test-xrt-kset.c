@@ -117,6 +117,14 @@ MCD_TEST(kset, refuses_what_it_cannot_drive)
         {"--set manifest_version=2", "manifest_version is not 1"},
         {"--set kernels.dx.patch='\"moeroute2\"'", "patch other than attnpos"},
         {"--set layout.chunk_bytes=8704", "not 5120"},
+        {"--set globals.ptab.scale=1.0",
+         "globals.ptab.scale is a key minicpmd does not implement"},
+        {"--set globals.ptab.long_inv_freq='[1.0]'",
+         "globals.ptab.long_inv_freq is a key minicpmd does not implement"},
+        {"--set globals.ptab.switch_row=4096",
+         "globals.ptab.switch_row is a key minicpmd does not implement"},
+        {"--set kernels.dx.prefetch=1", "kernels.dx.prefetch is a key minicpmd does not"},
+        {"--set spec.qk_norm=true", "spec.qk_norm is set"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         struct eng_kset ks;

@@ -222,6 +222,11 @@ int wait_sliced(Wait wait, int timeout_ms, const canceller &cancel, xrtb_status 
             long spent =
                 static_cast<long>(std::chrono::duration_cast<ms>(steady::now() - t0).count());
             if (spent >= timeout_ms) {
+                // Late or hung? One more wait before anyone resets anything.
+                if (wait(ms(XRTB_LATE_MS))) {   // a failure throws, as above
+                    st->late = true;
+                    return ERT_CMD_STATE_COMPLETED;
+                }
                 st->host_timeout = true;
                 return ERT_CMD_STATE_TIMEOUT;
             }
@@ -323,8 +328,8 @@ int submit_list(xrtb_dev *d, const std::vector<int> &group, int timeout_ms,
         char msg[160];
         if (st->host_timeout)
             std::snprintf(msg, sizeof msg,
-                          "host wait gave up after %d ms on a runlist of %zu runs (still "
-                          "running)", timeout_ms, group.size());
+                          "hung: a runlist of %zu runs did not finish in %d + %d ms (still "
+                          "running)", group.size(), timeout_ms, XRTB_LATE_MS);
         else
             std::snprintf(msg, sizeof msg, "wait on a runlist of %zu runs cancelled",
                           group.size());
@@ -415,10 +420,11 @@ int submit_one(xrtb_dev *d, int r, int index, int timeout_ms, const canceller &c
         }
         char msg[160];
         bool to = st->host_timeout;
-        std::snprintf(msg, sizeof msg, to ? "host wait gave up after %d ms on run %d (still "
-                                            "running)"
-                                          : "wait on run %d cancelled",
-                      to ? timeout_ms : index, index);
+        if (to)
+            std::snprintf(msg, sizeof msg, "hung: run %d did not finish in %d + %d ms (still "
+                          "running)", index, timeout_ms, XRTB_LATE_MS);
+        else
+            std::snprintf(msg, sizeof msg, "wait on run %d cancelled", index);
         finish_status(st, s, index, msg);
         return s;
     }
@@ -693,6 +699,31 @@ void xrtb_submit(xrtb_dev *d, const int *runs, int n, int timeout_ms,
         }
         base = end;
     }
+}
+
+void xrtb_set_runlist(xrtb_dev *d, bool on)
+{
+#if XRTB_HAVE_RUNLIST
+    // A run that sits in a runlist cannot be started alone: release the idle
+    // lists' runs (a list still executing stays, and xrtb_reset deals with it).
+    if (!on && d->use_runlist)
+        for (size_t li = 0; li < d->lists.size(); li++) {
+            list_rec &l = d->lists[li];
+            if (l.runs.empty() || l.executing)
+                continue;
+            try {
+                l.rl->reset();
+            } catch (...) {
+            }
+            drop_list(d, static_cast<int>(li));
+        }
+#endif
+    d->use_runlist = XRTB_HAVE_RUNLIST && on;
+}
+
+bool xrtb_uses_runlist(const xrtb_dev *d)
+{
+    return d->use_runlist;
 }
 
 int xrtb_reset(xrtb_dev *d, int wait_ms, char *err, size_t errlen)

@@ -50,6 +50,8 @@ extern "C" {
 #define xrtb_run xrtbd_run
 #define xrtb_submit xrtbd_submit
 #define xrtb_reset xrtbd_reset
+#define xrtb_set_runlist xrtbd_set_runlist
+#define xrtb_uses_runlist xrtbd_uses_runlist
 #endif
 
 typedef struct xrtb_dev xrtb_dev;
@@ -59,6 +61,10 @@ typedef struct xrtb_dev xrtb_dev;
 #define XRTB_BO_ALIGN (1u << 20)
 /* Opcode 3: the transaction opcode of an mlir-aie run (arg 0). */
 #define XRTB_OPCODE 3
+/* After a host wait times out, one more wait this long tells a late command from
+ * a hung one before anything is reset (OpenFlowLM-Next's run_split waits once
+ * more too, docs/npu-kernels.md §5). */
+#define XRTB_LATE_MS 1000
 /* At most 8 buffer arguments per run (docs/npu-kernels.md §3.8). */
 #define XRTB_MAX_BUFS 8
 
@@ -73,8 +79,12 @@ struct xrtb_status {
     int state;                  /* ENG_ERT_*: COMPLETED (4) or the failure */
     int failed;                 /* index into the submitted runs of the run that
                                    failed, -1 when unknown or none */
-    bool host_timeout;          /* the host-side wait gave up (the device may
-                                   still be working: xrtb_reset waits it out) */
+    bool host_timeout;          /* the host-side wait gave up, and a second wait of
+                                   XRTB_LATE_MS did not see it finish either: hung
+                                   (the device may still be working: xrtb_reset
+                                   waits it out) */
+    bool late;                  /* a wait ran past timeout_ms but the submission
+                                   finished within the second wait: late, not hung */
     bool cancelled;             /* the cancel flag ended the wait (state ABORT) */
     bool has_health;            /* aie_error context-health words below */
     uint32_t txn_op_idx, ctx_pc, fatal_error_type;
@@ -129,6 +139,11 @@ int xrtb_run(xrtb_dev *d, int k, const int *bos, int n_bos, int *out, char *err,
 void xrtb_submit(xrtb_dev *d, const int *runs, int n, int timeout_ms,
                  bool (*stop)(const void *stop_arg), const void *stop_arg,
                  struct xrtb_status *st);
+
+/* Submit layer groups as runlists (true, where XRT has them) or one run at a time
+ * (false). Only between submissions, with nothing in flight (after xrtb_reset). */
+void xrtb_set_runlist(xrtb_dev *d, bool on);
+bool xrtb_uses_runlist(const xrtb_dev *d);
 
 /* After a failed submission: wait out every runlist still executing (up to
  * wait_ms each), reset and forget them (they are rebuilt on the next submit), and

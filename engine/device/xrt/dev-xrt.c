@@ -35,6 +35,10 @@
 #include "engine/device/xrt/npu-layout.h"
 #include "engine/device/xrt/xrt-impl.h"
 #include "util/fs.h"
+#ifdef MINICPMD_XRT_MODEL
+#include "model.h"
+#include "xrt-double.h"     /* -Dxrt_model=true: the double computes (model.h) */
+#endif
 
 #include <errno.h>
 #include <stdio.h>
@@ -61,6 +65,9 @@ struct xrt_dev {
     int tail_run[2];
     int xres, logits;            /* global indices */
     bool loaded, needs_reset, seq_open;
+    bool single;                 /* one run per dispatch (RUN, or AUTO after every K failed) */
+    bool to_single;              /* AUTO: a one-layer runlist failed; single runs from reset */
+    bool changed;                /* the last reset switched to single runs */
     int seq_len;
     enum eng_ert_state last_failure;
     char desc[320];
@@ -254,12 +261,21 @@ static int alloc_layers(struct xrt_dev *x, char *err, size_t errlen)
     return 0;
 }
 
+#ifdef MINICPMD_XRT_MODEL
+#define XRT_WHAT "xrt: functional model, not an NPU (the real bridge on %s)"
+#else
+#define XRT_WHAT "xrt: NPU through %s"
+#endif
+
 static void describe(struct xrt_dev *x)
 {
     snprintf(x->desc, sizeof x->desc,
-             "xrt: NPU through %s, kernel set %.120s (%s, %d layers), %s, %d KV rows, host "
+             XRT_WHAT ", kernel set %.120s (%s, %d layers), %s, %d KV rows, host "
              "timeout %d ms", xrtb_version(), x->ks.dir, x->ks.family, x->ks.n_layers,
-             x->cfg.no_runlist ? "one run at a time" : "layer runlists", x->capacity,
+             x->single ? "one run per dispatch"
+             : x->cfg.submit == ENG_XRT_SUBMIT_AUTO ? "layer runlists (single runs when every "
+                                                      "K fails)"
+                                                    : "layer runlists only", x->capacity,
              x->cfg.timeout_ms);
 }
 
@@ -304,7 +320,10 @@ static int x_load_model(void *ctx, const eng_pack *pack, char *err, size_t errle
         x->kern_of[i] = -1;
 
     /* 2. The device. */
-    struct xrtb_opts bo = {.device_index = 0, .no_runlist = x->cfg.no_runlist};
+    if (x->cfg.no_runlist)
+        x->cfg.submit = ENG_XRT_SUBMIT_RUN;
+    x->single = x->cfg.submit == ENG_XRT_SUBMIT_RUN;
+    struct xrtb_opts bo = {.device_index = 0, .no_runlist = x->single};
     char e2[300];
     if ((rc = xrtb_open(&bo, &x->b, e2, sizeof e2)))
         return eng__fail(err, errlen, rc, "xrt device: cannot open the NPU: %s", e2);
@@ -452,9 +471,15 @@ static void x_run_runlist(void *ctx, eng_device_seq *seq, const struct eng_runli
     int n = rl->layer_end - rl->layer_begin;
     if (n > 0) {
         struct xrtb_status st;
+        bool single = x->single || eng__xrt_forced_single();
+        xrtb_set_runlist(x->b, !single);
         xrtb_submit(x->b, &x->layer_run[rl->layer_begin], n, x->cfg.timeout_ms,
                     b->cancel ? cancelled : NULL, (const void *)b->cancel, &st);
         if (st.state != ENG_ERT_COMPLETED) {
+            /* AUTO's ladder: the planner halves K after each failure; when even a
+             * runlist of one layer fails, runlists themselves are the problem. */
+            if (n == 1 && !single && x->cfg.submit == ENG_XRT_SUBMIT_AUTO)
+                x->to_single = true;
             fail_status(x, out, &st, cmd + (st.failed >= 0 ? st.failed : 0));
             return;
         }
@@ -495,7 +520,21 @@ static int x_reset(void *ctx, char *err, size_t errlen)
         return eng__fail(err, errlen, rc, "xrt device: reset failed: %s", e2);
     x->needs_reset = false;
     x->seq_len = 0;     /* the device-side KV is lost */
+    if (x->to_single && !x->single) {
+        x->single = true;
+        x->changed = true;
+        describe(x);
+    }
+    x->to_single = false;
     return 0;
+}
+
+static bool x_reset_changed_mode(void *ctx)
+{
+    struct xrt_dev *x = ctx;
+    bool c = x->changed;
+    x->changed = false;
+    return c;
 }
 
 static void x_close(void *ctx)
@@ -526,6 +565,7 @@ static const struct eng_device_i xrt_iface = {
     .seq_truncate = x_seq_truncate,
     .run_runlist = x_run_runlist,
     .reset = x_reset,
+    .reset_changed_mode = x_reset_changed_mode,
     .close = x_close,
 };
 
@@ -534,6 +574,33 @@ int eng__device_xrt_open(const struct eng_device_opts *o, struct eng_device **ou
 {
     (void)o;
     const struct eng_xrt_config *c = eng__xrt_config();
+#ifdef MINICPMD_XRT_MODEL
+    /* XRT_MODEL_FAULT (tests of the whole daemon on the model):
+     * "runlists" makes every runlist time out; hang@N, abort@N, new@N make the run
+     * executed as number N (from 0, since the device opened) hang (TIMEOUT), abort,
+     * or leave the next wait in NEW; perm, attnpos, cossin, kvrow write one thing
+     * wrong (model.h). */
+    xrtdbl_set_model(true);
+    const char *mf = getenv("XRT_MODEL_FAULT");
+    int at = -1;
+    if (mf && strcmp(mf, "runlists") == 0)
+        xrtdbl_set_runlists_fail(true);
+    else if (mf && sscanf(mf, "hang@%d", &at) == 1)
+        xrtdbl_set_hang_at(at);
+    else if (mf && sscanf(mf, "abort@%d", &at) == 1)
+        xrtdbl_set_abort_at(at);
+    else if (mf && sscanf(mf, "new@%d", &at) == 1)
+        xrtdbl_set_new_after(at);
+    else if (mf && *mf) {
+        int f = xmodel_fault_parse(mf);
+        if (f < 0)
+            return eng__fail(err, errlen, -EINVAL, "XRT_MODEL_FAULT=%s: not one of "
+                             "runlists, hang@N, abort@N, new@N, perm, attnpos, cossin, "
+                             "kvrow", mf);
+        xmodel_set_fault((enum xm_fault)f);
+    }
+    if (0)
+#endif
     if (access(c->accel_node, F_OK) != 0)
         return eng__fail(err, errlen, -ENODEV,
                          "no NPU: %s does not exist (is the amdxdna driver loaded?)",
@@ -550,7 +617,7 @@ int eng__device_xrt_open(const struct eng_device_opts *o, struct eng_device **ou
         return eng__fail(err, errlen, -ENOMEM, "xrt device: out of memory");
     }
     x->tail_run[0] = x->tail_run[1] = -1;
-    snprintf(x->desc, sizeof x->desc, "xrt: NPU through %s (no model loaded)", xrtb_version());
+    snprintf(x->desc, sizeof x->desc, XRT_WHAT " (no model loaded)", xrtb_version());
     *out = &x->dev;
     return 0;
 }

@@ -69,6 +69,27 @@ static int bad(struct rd *r, const char *key, const char *what)
     return eng__fail(r->err, r->errlen, -EINVAL, "%s: %s %s", r->file, key, what);
 }
 
+/* Refuse a key the driver does not implement rather than ignore it: a newer export
+ * that adds one (a RoPE `scale`, `long_inv_freq`, a `switch_row`) means bytes this
+ * driver would build wrong. */
+static int only_keys(struct rd *r, json_t *o, const char *where, const char *const *known)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(o, key, v) {
+        bool ok = false;
+        for (int i = 0; known[i] && !ok; i++)
+            ok = strcmp(key, known[i]) == 0;
+        if (!ok) {
+            char k[160];
+            snprintf(k, sizeof k, "%.60s.%.60s", where, key);
+            return bad(r, k, "is a key minicpmd does not implement (refused, not ignored: a "
+                             "newer kernel set?)");
+        }
+    }
+    return 0;
+}
+
 static int get_u64(struct rd *r, json_t *o, const char *obj, const char *key, uint64_t *out,
                    bool required)
 {
@@ -152,8 +173,12 @@ static int read_ops(struct rd *r, json_t *arr, const char *where, struct eng_kse
         char w[96], kind[32];
         int rc;
         snprintf(w, sizeof w, "%s[%zu]", where, i);
+        static const char *const op_keys[] = {"op", "tensor", "dst", "nch", "in_dim",
+                                              "chunk0", "cap", "split", NULL};
         if (!json_is_object(o))
             return bad(r, w, "is not an object");
+        if ((rc = only_keys(r, o, w, op_keys)))
+            return rc;
         if ((rc = get_str(r, o, w, "op", kind, sizeof kind)) ||
             (rc = get_str(r, o, w, "tensor", op->tensor, sizeof op->tensor)) ||
             (rc = get_u64(r, o, w, "dst", &op->dst, true)))
@@ -188,9 +213,11 @@ static int read_step(struct rd *r, const struct eng_kset *ks, json_t *o, const c
 {
     char op[16], kn[ENG_KSET_NAME];
     int rc;
+    static const char *const step_keys[] = {"op", "kernel", "args", NULL};
     if (!json_is_object(o))
         return bad(r, where, "is not an object");
-    if ((rc = get_str(r, o, where, "op", op, sizeof op)))
+    if ((rc = only_keys(r, o, where, step_keys)) ||
+        (rc = get_str(r, o, where, "op", op, sizeof op)))
         return rc;
     if (strcmp(op, "run") != 0)
         return bad(r, where, "is not a 'run' step (minicpmd drives dense kernel sets)");
@@ -228,6 +255,16 @@ static int read_spec(struct rd *r, json_t *root, struct eng_kset *ks)
         (rc = get_int(r, spec, "spec", "vocab", &ks->vocab)) ||
         (rc = get_str(r, spec, "spec", "quant", ks->quant, sizeof ks->quant)))
         return rc;
+    /* What the dense dx design can be specialised for but minicpmd does not drive. */
+    static const char *const off[] = {"qk_norm", "attn_gate", "rope_scaling", "sandwich", NULL};
+    for (int i = 0; off[i]; i++) {
+        json_t *v = json_object_get(spec, off[i]);
+        if (v && !json_is_null(v) && !json_is_false(v)) {
+            char k[64];
+            snprintf(k, sizeof k, "spec.%s", off[i]);
+            return bad(r, k, "is set; minicpmd implements the plain llama layer only");
+        }
+    }
     return 0;
 }
 
@@ -287,6 +324,10 @@ static int read_contexts_kernels(struct rd *r, json_t *root, struct eng_kset *ks
             return bad(r, w, "is not an object");
         snprintf(k->name, sizeof k->name, "%s", key);
         ks->n_kernels++;
+        static const char *const kernel_keys[] = {"context", "insts", "patch", "window", "rb",
+                                                  "build", NULL};
+        if ((rc = only_keys(r, v, w, kernel_keys)))
+            return rc;
         if ((rc = get_str(r, v, w, "context", ctx, sizeof ctx)) ||
             (rc = dup_str(r, v, w, "insts", &k->insts)))
             return rc;
@@ -332,6 +373,9 @@ static int read_globals(struct rd *r, json_t *root, struct eng_kset *ks)
         if (json_is_integer(v) && json_integer_value(v) > 0) {
             gl->bytes = (uint64_t)json_integer_value(v);
         } else if (json_is_object(v)) {
+            static const char *const row_keys[] = {"per_row", "inv_freq", "window", NULL};
+            if ((rc = only_keys(r, v, w, row_keys)))
+                return rc;
             if ((rc = get_u64(r, v, w, "per_row", &gl->per_row, true)) ||
                 (rc = get_u64(r, v, w, "window", &gl->window, false)))
                 return rc;
@@ -382,8 +426,11 @@ static int read_layers(struct rd *r, json_t *root, struct eng_kset *ks)
     if ((rc = get_u64(r, buf, w, "consts", &ks->consts_bytes, true)) ||
         (rc = get_u64(r, buf, w, "act", &ks->act_bytes, true)))
         return rc;
+    static const char *const state_keys[] = {"kind", "row", NULL};
     if (!json_is_object(state))
         return bad(r, w, "has no state buffer");
+    if ((rc = only_keys(r, state, w, state_keys)))
+        return rc;
     if ((rc = get_str(r, state, w, "kind", kind, sizeof kind)) ||
         (rc = get_u64(r, state, w, "row", &ks->state_row, true)))
         return rc;

@@ -8,6 +8,11 @@
  * kernels_dir, which stays NULL when not given). */
 const struct eng_xrt_config *eng__xrt_config(void);
 
+/* --npu-probe's single-run row: while set, every xrt device submits one run per
+ * dispatch whatever its mode. */
+void eng__xrt_force_single(bool on);
+bool eng__xrt_forced_single(void);
+
 /* The conformance build compiles dev-xrt.c against the double under another name. */
 #ifdef MINICPMD_XRT_DOUBLE
 #define eng__device_xrt_open eng__device_xrt_double_open

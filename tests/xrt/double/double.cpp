@@ -2,6 +2,7 @@
 // failures a test injects (xrt-double.h). Not thread-safe: the bridge is driven
 // by one thread, as the worker drives it.
 #include "xrt/detail/double.h"
+#include "model.h"
 #include "xrt-double.h"
 
 #include <algorithm>
@@ -20,14 +21,21 @@ struct dstate {
     std::string joined;
     int next_id[8] = {0};
     int runlist_limit = 0;
+    bool runlists_fail = false;   // every runlist times out at its first run
     int abort_at = -1;
+    int hang_at = -1;      // the run executed as this number hangs: the driver's TIMEOUT
+    int new_after = -1;    // the first wait once this run number was handed out: NEW
     int unexpected_in = -1, unexpected_state = ERT_CMD_STATE_NEW;
     bool hang = false;
+    int late_waits = 0;    // waits that time out before the device finishes
     int fail_alloc = -1;
     std::string fail_load;
     bool fail_device = false;
     int executed = 0;      // runs handed to the "device" since the reset
     int completed = 0;
+    bool model = false;    // runs compute (the functional model, model.h)
+    std::vector<std::string> xclbins;   // by xclbin id
+    std::string model_error;            // the last run the model refused
 };
 
 dstate &S()
@@ -51,6 +59,10 @@ void rec(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    // A daemon on the functional model runs for ever: keep the log bounded (no
+    // test reads past the first lines of a short run).
+    if (S().log.size() >= 200000)
+        S().log.clear();
     S().log.emplace_back(buf);
 }
 
@@ -58,6 +70,11 @@ void rec(const char *fmt, ...)
 bool unexpected_now()
 {
     dstate &s = S();
+    if (s.new_after >= 0 && s.executed > s.new_after) {
+        s.new_after = -1;
+        s.unexpected_state = ERT_CMD_STATE_NEW;
+        return true;
+    }
     if (s.unexpected_in < 0)
         return false;
     if (s.unexpected_in-- == 0)
@@ -71,6 +88,16 @@ void hang_for(const std::chrono::milliseconds &t)
     std::this_thread::sleep_for(d);
 }
 
+} // namespace
+
+namespace xrt {
+class run_impl;
+}
+
+namespace {
+// What the run computed: COMPLETED, TIMEOUT (the model says it would hang) or
+// ERROR (a transfer outside its buffer, a stream the model cannot read).
+ert_cmd_state compute(xrt::run_impl &r);
 } // namespace
 
 namespace xrt {
@@ -89,6 +116,7 @@ public:
 class hw_context_impl {
 public:
     int id;
+    std::string xclbin;
 };
 
 class bo_impl {
@@ -107,6 +135,8 @@ class run_impl {
 public:
     int id;
     std::shared_ptr<kernel_impl> k;
+    std::shared_ptr<bo_impl> bos[16];
+    long long scalars[16] = {0};
     runlist_impl *list = nullptr;
     bool started = false;
     ert_cmd_state st = ERT_CMD_STATE_NEW;
@@ -125,6 +155,40 @@ public:
     ert_cmd_state fail_state = ERT_CMD_STATE_COMPLETED;
 };
 
+} // namespace xrt
+
+namespace {
+ert_cmd_state compute(xrt::run_impl &r)
+{
+    dstate &s = S();
+    if (!s.model)
+        return ERT_CMD_STATE_COMPLETED;
+    const xrt::bo_impl *instr = r.bos[1].get();
+    size_t n_words = static_cast<size_t>(r.scalars[2]);
+    if (!instr || n_words * 4 > instr->mem.size()) {
+        s.model_error = "model: run without its instruction buffer";
+        rec("model run#%d -> %s", r.id, s.model_error.c_str());
+        return ERT_CMD_STATE_ERROR;
+    }
+    xm_buf bufs[13];
+    int n = 0;
+    for (int i = 3; i < 16 && r.bos[i]; i++, n++)
+        bufs[n] = xm_buf{r.bos[i]->mem.data(), r.bos[i]->mem.size()};
+    std::vector<uint32_t> words(n_words);
+    std::memcpy(words.data(), instr->mem.data(), n_words * 4);
+    char err[256] = "";
+    int rc = xmodel_run(r.k->ctx->xclbin.c_str(), words.data(), n_words, bufs, n, err,
+                        sizeof err);
+    if (rc == 0)
+        return ERT_CMD_STATE_COMPLETED;
+    s.model_error = err;
+    rec("model run#%d -> %s", r.id, err);
+    return rc == -ETIMEDOUT ? ERT_CMD_STATE_TIMEOUT : ERT_CMD_STATE_ERROR;
+}
+} // namespace
+
+namespace xrt {
+
 // ---- xclbin, device, hw_context ------------------------------------------------
 
 xclbin::xclbin(const std::string &filename)
@@ -137,6 +201,7 @@ xclbin::xclbin(const std::string &filename)
     handle = std::make_shared<xclbin_impl>();
     handle->id = new_id(ID_XCLBIN);
     handle->path = filename;
+    s.xclbins.push_back(filename);
     rec("xclbin#%d(%s)", handle->id, filename.c_str());
 }
 
@@ -166,6 +231,9 @@ hw_context::hw_context(const xrt::device &, const xrt::uuid &xclbin_id)
 {
     handle = std::make_shared<hw_context_impl>();
     handle->id = new_id(ID_CTX);
+    unsigned x = xclbin_id.value() - 1000;
+    if (x < S().xclbins.size())
+        handle->xclbin = S().xclbins[x];
     rec("hw_context#%d(uuid %u)", handle->id, xclbin_id.value());
 }
 
@@ -258,11 +326,15 @@ void run::set_arg_at_index(int index, const void *value, size_t bytes)
         std::memcpy(&i, value, 8);
         v = i;
     }
+    if (index >= 0 && index < 16)
+        handle->scalars[index] = v;
     rec("run#%d.set_arg(%d, scalar%zu %lld)", handle->id, index, bytes * 8, v);
 }
 
 void run::set_arg_at_index(int index, const xrt::bo &b)
 {
+    if (index >= 0 && index < 16)
+        handle->bos[index] = b.get_handle();
     rec("run#%d.set_arg(%d, bo#%d)", handle->id, index, b.get_handle()->id);
 }
 
@@ -274,7 +346,9 @@ void run::start()
     handle->started = true;
     dstate &s = S();
     int i = s.executed++;
-    handle->st = (s.abort_at == i) ? ERT_CMD_STATE_ABORT : ERT_CMD_STATE_COMPLETED;
+    handle->st = s.abort_at == i  ? ERT_CMD_STATE_ABORT
+                 : s.hang_at == i ? ERT_CMD_STATE_TIMEOUT
+                                  : ERT_CMD_STATE_COMPLETED;
 }
 
 std::cv_status run::wait2(const std::chrono::milliseconds &timeout) const
@@ -284,18 +358,21 @@ std::cv_status run::wait2(const std::chrono::milliseconds &timeout) const
         handle->st = static_cast<ert_cmd_state>(S().unexpected_state);
         throw std::runtime_error("qds_device::wait() unexpected command state");
     }
-    if (S().hang) {
+    if (S().hang || (S().late_waits > 0 && S().late_waits--)) {
         hang_for(timeout);
         return std::cv_status::timeout;
     }
     if (!handle->started)
         return std::cv_status::no_timeout;
     handle->started = false;
+    if (handle->st == ERT_CMD_STATE_COMPLETED)
+        handle->st = compute(*handle);
     if (handle->st != ERT_CMD_STATE_COMPLETED) {
         char msg[96];
         std::snprintf(msg, sizeof msg, "Command failed to complete successfully (%s)",
-                      handle->st == ERT_CMD_STATE_ABORT ? "ERT_CMD_STATE_ABORT"
-                                                        : "ERT_CMD_STATE_ERROR");
+                      handle->st == ERT_CMD_STATE_ABORT     ? "ERT_CMD_STATE_ABORT"
+                      : handle->st == ERT_CMD_STATE_TIMEOUT ? "ERT_CMD_STATE_TIMEOUT"
+                                                            : "ERT_CMD_STATE_ERROR");
         throw command_error(handle->st, msg);
     }
     S().completed++;
@@ -373,8 +450,14 @@ void runlist::execute()
     int n = static_cast<int>(handle->runs.size());
     int first = s.executed;
     s.executed += n;
-    if (s.runlist_limit > 0 && n > s.runlist_limit) {
+    if (s.runlists_fail && n > 0) {
+        handle->fail_at = 0;
+        handle->fail_state = ERT_CMD_STATE_TIMEOUT;
+    } else if (s.runlist_limit > 0 && n > s.runlist_limit) {
         handle->fail_at = s.runlist_limit;
+        handle->fail_state = ERT_CMD_STATE_TIMEOUT;
+    } else if (s.hang_at >= first && s.hang_at < first + n) {
+        handle->fail_at = s.hang_at - first;
         handle->fail_state = ERT_CMD_STATE_TIMEOUT;
     } else if (s.abort_at >= first && s.abort_at < first + n) {
         handle->fail_at = s.abort_at - first;
@@ -392,11 +475,22 @@ std::cv_status runlist::wait(const std::chrono::milliseconds &timeout) const
         handle->st = static_cast<ert_cmd_state>(S().unexpected_state);
         throw std::runtime_error("qds_device::wait() unexpected command state");
     }
-    if (S().hang) {
+    if (S().hang || (S().late_waits > 0 && S().late_waits--)) {
         hang_for(timeout);
         return std::cv_status::timeout;
     }
     handle->executing = false;          // XRT sets the list idle before throwing
+    // The device walks the list in order up to the failing run; the model's own
+    // refusal (a run that would hang) ends it there too.
+    int upto = handle->fail_at < 0 ? static_cast<int>(handle->runs.size()) : handle->fail_at;
+    for (int i = 0; i < upto; i++) {
+        ert_cmd_state r = compute(*handle->runs[i]);
+        if (r != ERT_CMD_STATE_COMPLETED) {
+            handle->fail_at = i;
+            handle->fail_state = r;
+            break;
+        }
+    }
     if (handle->fail_at < 0) {
         handle->st = ERT_CMD_STATE_COMPLETED;
         S().completed += static_cast<int>(handle->runs.size());
@@ -416,7 +510,10 @@ std::cv_status runlist::wait(const std::chrono::milliseconds &timeout) const
         e.m_words = {0x2a, 0x1f40, 0, 0, 0, 0};
         throw e;
     }
-    throw command_error(bad, handle->fail_state, "runlist failed execution (ERT_CMD_STATE_ABORT)");
+    throw command_error(bad, handle->fail_state,
+                        handle->fail_state == ERT_CMD_STATE_ABORT
+                            ? "runlist failed execution (ERT_CMD_STATE_ABORT)"
+                            : "runlist failed execution (ERT_CMD_STATE_ERROR)");
 }
 
 ert_cmd_state runlist::state() const
@@ -449,7 +546,19 @@ extern "C" {
 
 void xrtdbl_reset(void)
 {
+    bool model = S().model;
     S() = dstate{};
+    S().model = model;
+}
+
+void xrtdbl_set_model(bool on)
+{
+    S().model = on;
+}
+
+const char *xrtdbl_model_error(void)
+{
+    return S().model_error.c_str();
 }
 
 const char *xrtdbl_log(void)
@@ -478,6 +587,21 @@ void xrtdbl_set_runlist_limit(int n)
     S().runlist_limit = n;
 }
 
+void xrtdbl_set_hang_at(int i)
+{
+    S().hang_at = i;
+}
+
+void xrtdbl_set_new_after(int i)
+{
+    S().new_after = i;
+}
+
+void xrtdbl_set_runlists_fail(bool on)
+{
+    S().runlists_fail = on;
+}
+
 void xrtdbl_set_abort_at(int i)
 {
     S().abort_at = i;
@@ -487,6 +611,11 @@ void xrtdbl_set_unexpected_state(int n, int st)
 {
     S().unexpected_in = n;
     S().unexpected_state = st;
+}
+
+void xrtdbl_set_late(int n)
+{
+    S().late_waits = n;
 }
 
 void xrtdbl_set_hang(bool on)

@@ -24,6 +24,17 @@ const char *xrtdbl_log_line(size_t i);
  * xrt::runlist::aie_error TIMEOUT naming run n (0-based), with health words, as
  * amdxdna's TDR reports it. 0 = no limit. */
 void xrtdbl_set_runlist_limit(int n);
+/* The run executed as number i (counted as abort_at) hangs: amdxdna's hang
+ * detection ends it in TIMEOUT (runlist::aie_error naming it, or run::command_error
+ * alone); it computes nothing. -1 = off. */
+void xrtdbl_set_hang_at(int i);
+/* The first wait after the run numbered i was handed out throws "qds_device::wait()
+ * unexpected command state" with the object left in NEW; nothing it waited for
+ * computed. -1 = off. */
+void xrtdbl_set_new_after(int i);
+/* Every runlist, of any length, times out at its first run (as the limit above);
+ * runs started alone still complete. */
+void xrtdbl_set_runlists_fail(bool on);
 /* The run executed as number i (0-based, counted over every submission since the
  * reset) ends in ABORT: runlist::command_error, or run::command_error alone. -1 = off. */
 void xrtdbl_set_abort_at(int i);
@@ -33,12 +44,22 @@ void xrtdbl_set_unexpected_state(int n, int state);
 /* While set, every wait blocks for its whole timeout (up to 200 ms, so tests stay
  * quick) and returns std::cv_status::timeout: a hang past the host timeout. */
 void xrtdbl_set_hang(bool on);
+/* The next n waits (on whatever is executing) time out, each after its whole
+ * timeout (up to 200 ms); then the submission finishes normally: a late command. */
+void xrtdbl_set_late(int n);
 /* The n-th buffer allocation from now throws std::system_error(ENOMEM). -1 = off. */
 void xrtdbl_set_fail_alloc(int n);
 /* Loading an xclbin whose path contains `substr` throws std::runtime_error; NULL = off. */
 void xrtdbl_set_fail_load(const char *substr);
 /* Opening the device throws (no NPU). */
 void xrtdbl_set_fail_device(bool on);
+
+/* While set (kept across xrtdbl_reset), every run that completes first computes
+ * what its kernel computes, through the functional model (model.h); a run the
+ * model refuses ends in TIMEOUT (it would hang) or ERROR. */
+void xrtdbl_set_model(bool on);
+/* The model's last refusal, "" when none. */
+const char *xrtdbl_model_error(void);
 
 /* Runs that completed since the reset. */
 int xrtdbl_runs_completed(void);
