@@ -12,8 +12,8 @@ strings, cities and names whose checksum puts them outside the training corpus
 their words, cities and names from tests/integration/novel.py instead (lists
 the training never saw, non-ASCII included), and the off-skill prompts and
 Open WebUI's tasks are asked too, with no max_tokens: the pack's default.
-Used by test_demo.py (fixed seeds) and for the figures in the README (fresh
-seeds, --n 200)."""
+Used by test_demo.py (fixed seeds) and for the figures in docs/usage.md (fresh
+seeds, --n 200; --novel --n 50)."""
 import argparse
 import json
 import os
