@@ -204,7 +204,7 @@ def pack_default_max_tokens():
         try:
             ask = {"model": d.model_id, "temperature": 0, "messages": [
                 {"role": "user", "content": "What is 12 + 30?"}]}
-            for extra, n, finish in (({}, 3, "length"), ({"max_tokens": 40}, None, "stop")):
+            for extra, n, finish in (({}, 3, "length"), ({"max_tokens": 64}, None, "stop")):
                 r = d.post("/v1/chat/completions", data=json.dumps(dict(ask, **extra)).encode(),
                            headers={"Content-Type": "application/json"})
                 eq(r.status, 200, "status")
