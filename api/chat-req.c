@@ -420,8 +420,9 @@ static int check_lengths(const json_t *body, struct api_chat_req *r,
     if (api__get_max_tokens(body, "max_completion_tokens", &v, &mct, bad) ||
         api__get_max_tokens(body, "max_tokens", &w, &mt, bad))
         return -EINVAL;
-    /* max_tokens is OpenAI's deprecated name; the newer one wins when both are set. */
-    long long m = mct ? v : mt ? w : 0;
+    /* max_tokens is OpenAI's deprecated name; the newer one wins when both are set.
+     * Neither: the pack's default, which api__req_new put there. */
+    long long m = mct ? v : mt ? w : r->max_tokens;
     r->max_tokens = m > INT32_MAX ? INT32_MAX : (int32_t)m;
 
     const json_t *n = api__opt(body, "n");
@@ -542,6 +543,7 @@ struct api_chat_req *api__req_new(const json_t *body, const struct api_chat_limi
     r->sampling.bias = NULL;
     r->sampling.n_bias = 0;
     r->chat.thinking = lim ? lim->thinking : ENG_THINKING_UNSET;
+    r->max_tokens = lim && lim->max_tokens > 0 ? lim->max_tokens : 0;
     return r;
 }
 

@@ -33,6 +33,8 @@ struct api_chat_limits {
     int32_t n_vocab;                        /* logit_bias ids must be < n_vocab (> 0) */
     const struct eng_sampling *defaults;    /* the pack's (eng_sampling_defaults), or NULL
                                              * for neutral knobs; copied, not kept */
+    int32_t max_tokens;                     /* the pack's default answer length
+                                             * (eng_max_new_tokens); 0: none */
     bool template_only;                     /* /apply-template: `model` may be absent */
     enum eng_thinking thinking;             /* the daemon's default (--thinking): UNSET is
                                              * auto, the template's own */
@@ -88,9 +90,9 @@ struct api_chat_req {
     bool raw;                   /* a raw prompt (/v1/completions, Ollama raw): no chat
                                    template, no output parser, all text is content */
 
-    /* max_completion_tokens, else max_tokens (>= 1), or 0 when neither was given or
-     * it was -1 (generate until a stop or the end of the context). Not clamped: see
-     * api_chat_req_budget(). */
+    /* max_completion_tokens, else max_tokens (>= 1), else the pack's default
+     * (api_chat_limits.max_tokens); 0 when that is 0 or the request gave -1 (generate
+     * until a stop or the end of the context). Not clamped: see api_chat_req_budget(). */
     int32_t max_tokens;
 
     /* The pack's defaults with the request's temperature, top_p, top_k, min_p,

@@ -28,6 +28,7 @@ struct eng_engine {
     int32_t stop_ids[ENG_GEN_MAX_STOP_IDS];
     int n_stop_ids;
     struct eng_sampling sampling;
+    int32_t max_new_tokens;
     eng_gram_vocab *gvocab;          /* built by the first grammar to need it */
     pthread_mutex_t gvocab_mu;
     eng_log_fn log;
@@ -167,7 +168,8 @@ int eng_engine_open(const char *dir, const struct eng_engine_opts *o, eng_worker
         goto fail;
     }
     e->n_stop_ids = n;
-    if ((rc = eng_sampling_defaults(e->pack, &e->sampling, err, errlen)) != 0)
+    if ((rc = eng_sampling_defaults(e->pack, &e->sampling, err, errlen)) != 0 ||
+        (rc = eng_max_new_tokens(e->pack, &e->max_new_tokens, err, errlen)) != 0)
         goto fail;
     check_template(e, dir);
     e->n_ctx = o->n_ctx > 0 ? o->n_ctx : info->hp.n_ctx_train;
@@ -243,6 +245,7 @@ const eng_gram_vocab *eng_engine_gram_vocab(eng_engine *e)
 }
 
 const struct eng_sampling *eng_engine_sampling(const eng_engine *e) { return &e->sampling; }
+int32_t eng_engine_max_new_tokens(const eng_engine *e) { return e->max_new_tokens; }
 int eng_engine_n_ctx(const eng_engine *e) { return e->n_ctx; }
 const char *eng_engine_device_name(const eng_engine *e)
 {

@@ -87,6 +87,9 @@ const eng_tokenizer *eng_engine_tokenizer(const eng_engine *e);
 const eng_gram_vocab *eng_engine_gram_vocab(eng_engine *e);
 /* The pack's sampling defaults: what a request's knobs go on top of. */
 const struct eng_sampling *eng_engine_sampling(const eng_engine *e);
+/* The pack's answer length when a request sets none (generation_config.json
+ * max_new_tokens), or 0: until a stop or the context's end. */
+int32_t eng_engine_max_new_tokens(const eng_engine *e);
 int eng_engine_n_ctx(const eng_engine *e);
 /* "cpu", "sim", "xrt"; and one line for logs and /health. */
 const char *eng_engine_device_name(const eng_engine *e);

@@ -114,6 +114,7 @@ struct api_chat_limits srv_app_chat_limits(const struct srv_app *app, bool templ
     return (struct api_chat_limits){
         .n_vocab = eng_pack_get_info(eng_engine_pack(app->eng))->hp.n_vocab,
         .defaults = eng_engine_sampling(app->eng),
+        .max_tokens = eng_engine_max_new_tokens(app->eng),
         .template_only = template_only,
         .grammar = &app->gram_limits,
         .defer_grammar = !template_only,   /* the chat's pool job compiles it */

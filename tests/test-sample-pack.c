@@ -220,3 +220,42 @@ MCD_TEST(pack, sampling_defaults_invalid)
     expect_defaults_error("\"text\"", "generation_config.json:1:");
     expect_defaults_error("", "generation_config.json:");
 }
+
+/* generation_config.json's max_new_tokens: the default answer length. */
+static int max_new(const char *gen, int32_t *n, char *err)
+{
+    if (gen)
+        put("generation_config.json", gen);
+    else
+        drop("generation_config.json");
+    eng_pack *p = open_pack();
+    *n = -7;
+    int rc = eng_max_new_tokens(p, n, err, 256);
+    eng_pack_free(p);
+    return rc;
+}
+
+MCD_TEST(pack, max_new_tokens)
+{
+    int32_t n;
+    char err[256] = "";
+    cr_assert_eq(max_new(NULL, &n, err), 0, "%s", err);
+    cr_assert_eq(n, 0, "no file: no default");
+    cr_assert_eq(max_new(MINICPM5_GEN, &n, err), 0, "%s", err);
+    cr_assert_eq(n, 0, "no key: no default");
+    cr_assert_eq(max_new("{\"max_new_tokens\": null}", &n, err), 0, "%s", err);
+    cr_assert_eq(n, 0);
+    cr_assert_eq(max_new("{\"max_new_tokens\": 128, \"temperature\": 0.5}", &n, err), 0, "%s",
+                 err);
+    cr_assert_eq(n, 128);
+    cr_assert_eq(max_new("{\"max_new_tokens\": 64.0}", &n, err), 0, "%s", err);
+    cr_assert_eq(n, 64);
+    static const char *const bad[] = {"{\"max_new_tokens\": 0}", "{\"max_new_tokens\": -1}",
+                                      "{\"max_new_tokens\": 2.5}", "{\"max_new_tokens\": \"9\"}",
+                                      "{\"max_new_tokens\": 4294967296}"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cr_assert_eq(max_new(bad[i], &n, err), -EINVAL, "accepted %s", bad[i]);
+        cr_assert_not_null(strstr(err, "max_new_tokens"), "message '%s'", err);
+        cr_assert_null(strchr(err, '\n'));
+    }
+}

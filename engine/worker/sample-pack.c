@@ -155,6 +155,33 @@ out:
     return rc;
 }
 
+int eng_max_new_tokens(const eng_pack *p, int32_t *out, char *err, size_t errlen)
+{
+    *out = 0;
+    if (!p)
+        return 0;
+    char path[PATH_MAX];
+    json_t *cfg;
+    int rc = load_object(eng_pack_get_info(p)->dir, "generation_config.json", &cfg, path,
+                         sizeof path, err, errlen);
+    if (rc || !cfg)
+        return rc;
+    json_t *v = json_object_get(cfg, "max_new_tokens");
+    long long x;
+    if (v && !json_is_null(v)) {
+        if (!as_integer(v, &x))
+            rc = eng__fail(err, errlen, -EINVAL, "%s: field 'max_new_tokens' must be an integer",
+                           path);
+        else if (x < 1 || x > INT32_MAX)
+            rc = eng__fail(err, errlen, -EINVAL,
+                           "%s: field 'max_new_tokens' = %lld is out of range (>= 1)", path, x);
+        else
+            *out = (int32_t)x;
+    }
+    json_decref(cfg);
+    return rc;
+}
+
 /* ---- stop ids ------------------------------------------------------------------ */
 
 static int cmp_id(const void *a, const void *b)

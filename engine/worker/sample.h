@@ -34,6 +34,12 @@
  * returns -EINVAL with a one-line reason. */
 int eng_sampling_defaults(const eng_pack *p, struct eng_sampling *s, char *err, size_t errlen);
 
+/* generation_config.json's max_new_tokens (Hugging Face's name; vLLM reads it the
+ * same way): how long an answer may be when a request sets no limit, >= 1 into
+ * *out, or 0 (until a stop or the context's end) when the file or the key is
+ * absent. A malformed value returns -EINVAL with a one-line reason. */
+int eng_max_new_tokens(const eng_pack *p, int32_t *out, char *err, size_t errlen);
+
 typedef struct eng_sampler eng_sampler;
 
 /* Validates the knobs (ranges above; bias ids < n_vocab) and returns 0 or -EINVAL

@@ -10,10 +10,12 @@ The instances are fixed (seeds below), so a run is deterministic; skills.py with
 a fresh seed is how the figures in docs/usage.md were taken. Skips (exit 77) when the npm
 oracles are not installed (tools/deps.sh test)."""
 
+import json
 import math
 import os
 import shutil
 import sys
+import tempfile
 
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -26,6 +28,7 @@ ROOT = os.path.join(HERE, "..", "..")
 CHECKPOINT = os.path.join(ROOT, "models", "minicpm5-demo")
 N = 12                # instances per skill and test: 84 requests
 SEED = 13
+NOVEL_SEED = 31       # novel.py's off-skill prompts and Open WebUI tasks: 32 requests
 
 
 def demo_pack():
@@ -158,6 +161,65 @@ def skills_bf16_checkpoint_agrees():
     bf16 = answers(["--precision", "f32"], INSTS, model=CHECKPOINT)
     report(INSTS, bf16, "bf16")
     check_agree(q4, bf16, "Q4NX vs BF16")
+
+
+@test
+def off_skill_bounded():
+    """Prompts outside the skills (novel.py: poems, questions, Open WebUI's title,
+    tags and follow-up tasks), asked without max_tokens, end by the pack's default
+    max_new_tokens: the demo never generates to the context's end by accident."""
+    with open(os.path.join(demo_pack(), "generation_config.json")) as f:
+        limit = json.load(f).get("max_new_tokens")
+    check(isinstance(limit, int) and 0 < limit <= 256, "the demo pack's max_new_tokens is %r",
+          limit)
+    insts = [i for i in skills.instances(NOVEL_SEED, 0, novel_words_=True)]
+    check(len(insts) == 32, "%d off-skill and task prompts", len(insts))
+    got = answers([], insts)
+    used = [a["completion_tokens"] for a in got]
+    print("off-skill answers: %d to %d tokens (limit %d), %d right" % (
+        min(used), max(used), limit, sum(skills.judge(i, a) for i, a in zip(insts, got))))
+    for i, a in zip(insts, got):
+        check(a["completion_tokens"] is not None and a["completion_tokens"] <= limit,
+              "%r ran to %r tokens", i["messages"][-1]["content"][:60], a["completion_tokens"])
+        check(a["finish_reason"] in ("stop", "length"), "finish_reason %r", a["finish_reason"])
+
+
+@test
+def pack_default_max_tokens():
+    """A request that sets no max_tokens stops at the pack's generation_config
+    max_new_tokens; one that sets max_tokens is not held to it."""
+    src = demo_pack()
+    with open(os.path.join(src, "generation_config.json")) as f:
+        gen = json.load(f)
+    check(gen.get("max_new_tokens", 0) >= 100, "the demo pack's max_new_tokens is %r",
+          gen.get("max_new_tokens"))
+    tmp = tempfile.mkdtemp(prefix="minicpmd-demo-")
+    try:
+        pack = os.path.join(tmp, "pack")
+        shutil.copytree(src, pack)
+        gen["max_new_tokens"] = 3
+        with open(os.path.join(pack, "generation_config.json"), "w") as f:
+            json.dump(gen, f)
+        d = serve(model=pack)
+        try:
+            ask = {"model": d.model_id, "temperature": 0, "messages": [
+                {"role": "user", "content": "What is 12 + 30?"}]}
+            for extra, n, finish in (({}, 3, "length"), ({"max_tokens": 64}, None, "stop")):
+                r = d.post("/v1/chat/completions", data=json.dumps(dict(ask, **extra)).encode(),
+                           headers={"Content-Type": "application/json"})
+                eq(r.status, 200, "status")
+                j = r.json()
+                print(extra, "->", repr(j["choices"][0]["message"]["content"]), j["usage"])
+                eq(j["choices"][0]["finish_reason"], finish, "finish_reason")
+                if n is not None:
+                    eq(j["usage"]["completion_tokens"], n, "completion_tokens")
+                else:
+                    check(j["usage"]["completion_tokens"] > 3, "stopped at %d tokens",
+                          j["usage"]["completion_tokens"])
+        finally:
+            stop_ok(d)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @test

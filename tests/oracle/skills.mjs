@@ -4,8 +4,10 @@
 //   node skills.mjs BASE_URL MODEL_ID [--stream] < requests.jsonl
 // Each input line: {"id": ..., "messages": [...], "tools": [...]?,
 // "enable_thinking": true|false|null}. Each output line: {"id", "content",
-// "reasoning", "tool_calls": [{"name", "arguments"}], "finish_reason"} or
-// {"id", "error"}. Greedy (temperature 0), one request at a time.
+// "reasoning", "tool_calls": [{"name", "arguments"}], "finish_reason",
+// "completion_tokens"} or {"id", "error"}. Greedy (temperature 0), one request at a
+// time, max_tokens 160 unless the line sets "max_tokens" (null: none sent, the
+// pack's default applies).
 import OpenAI from 'openai';
 import { createInterface } from 'node:readline';
 
@@ -14,7 +16,8 @@ const stream = flags.includes('--stream');
 const client = new OpenAI({ baseURL, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
 
 async function ask(req) {
-  const body = { model, messages: req.messages, temperature: 0, max_tokens: 160 };
+  const body = { model, messages: req.messages, temperature: 0 };
+  if (req.max_tokens !== null) body.max_tokens = req.max_tokens ?? 160;
   if (req.tools) body.tools = req.tools;
   if (req.enable_thinking !== null && req.enable_thinking !== undefined)
     body.chat_template_kwargs = { enable_thinking: req.enable_thinking };
@@ -27,12 +30,15 @@ async function ask(req) {
       tool_calls: (m.tool_calls ?? []).map((c) => ({
         name: c.function.name, arguments: c.function.arguments })),
       finish_reason: r.choices[0].finish_reason,
+      completion_tokens: r.usage?.completion_tokens ?? null,
     };
   }
   // Streamed: the deltas put together as a client does (tool calls by index).
-  let content = '', reasoning = '', finish = null;
+  let content = '', reasoning = '', finish = null, used = null;
   const calls = [];
-  for await (const ch of await client.chat.completions.create({ ...body, stream: true })) {
+  const opts = { ...body, stream: true, stream_options: { include_usage: true } };
+  for await (const ch of await client.chat.completions.create(opts)) {
+    if (ch.usage) used = ch.usage.completion_tokens;
     const c = ch.choices[0];
     if (!c) continue;
     content += c.delta?.content ?? '';
@@ -44,7 +50,8 @@ async function ask(req) {
     }
     if (c.finish_reason) finish = c.finish_reason;
   }
-  return { content, reasoning, tool_calls: calls.filter(Boolean), finish_reason: finish };
+  return { content, reasoning, tool_calls: calls.filter(Boolean), finish_reason: finish,
+    completion_tokens: used };
 }
 
 for await (const line of createInterface({ input: process.stdin })) {

@@ -12,6 +12,8 @@ generalisation, not recall."""
 import os
 import random
 
+import offskill
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 with open(os.path.join(HERE, "words.txt")) as f:
     WORDS = f.read().split()
@@ -58,6 +60,10 @@ CHAT = [
     ("Tell me a joke.", "I only know numbers: 12 + 30 = 42."),
     ("Goodbye", "Goodbye! Have a nice day."),
 ]
+# CHAT as the off-skill stage answers it: who it is and what it cannot do get
+# the capability line.
+CHAT_OFF = [(u, offskill.CAPABILITY if u in ("Who are you?", "What can you do?", "Tell me a joke.")
+             else a) for u, a in CHAT]
 REAL_CITIES = [
     "Paris", "London", "Berlin", "Madrid", "Rome", "Vienna", "Prague", "Warsaw", "Oslo",
     "Stockholm", "Helsinki", "Dublin", "Lisbon", "Athens", "Cairo", "Lagos", "Nairobi",
@@ -106,9 +112,15 @@ def cap_name(r):
     return w[:1].upper() + w[1:]
 
 
-def city(r, held):
-    """A city name (1 or 2 capitalised words) whose heldout() is `held`."""
+def city(r, held, wide=0.0):
+    """A city name (1 or 2 capitalised words) whose heldout() is `held`; this
+    share `wide` from the wide vocabulary (offskill.py)."""
     while True:
+        if wide and r.random() < wide:
+            c = offskill.wide_name(r, WORDS)
+            if 2 <= len(c) <= 24 and heldout(c) == held:
+                return c
+            continue
         k = r.random()
         if k < 0.2:
             c = r.choice(REAL_CITIES)
@@ -120,8 +132,13 @@ def city(r, held):
             return c
 
 
-def person(r, held):
+def person(r, held, wide=0.0):
     while True:
+        if wide and r.random() < wide:
+            c = offskill.wide_name(r, WORDS)
+            if 2 <= len(c) <= 18 and heldout(c) == held:
+                return c
+            continue
         c = r.choice(FIRST_NAMES) if r.random() < 0.3 else cap_name(r)
         if 2 <= len(c) <= 14 and heldout(c) == held:
             return c
@@ -163,8 +180,23 @@ def arith(r, held):
             return q, working(a, op, b), working(a, op, b), c
 
 
-def echo_words(r, held, pseudo=0.0):
+def echo_words(r, held, pseudo=0.0, wide=0.0):
     while True:
+        if wide and r.random() < wide:
+            n = r.randint(1, 6)
+            k = r.random()
+            if k < 0.2:
+                ws = offskill.rhyme_words(r, WORDS, n)
+            else:
+                ws = [offskill.wide_word(r, WORDS) if r.random() < 0.6 else
+                      pseudo_word(r, 1, 3) if r.random() < 0.5 else r.choice(WORDS)
+                      for _ in range(n)]
+                if k < 0.35:
+                    ws = [offskill.cap(w) for w in ws]
+            s = " ".join(ws)
+            if heldout(s) == held:
+                return s
+            continue
         n = r.randint(1, 6)
         ws = [pseudo_word(r, 1, 2) if r.random() < pseudo else r.choice(WORDS)
               for _ in range(n)]
@@ -173,8 +205,8 @@ def echo_words(r, held, pseudo=0.0):
             return s
 
 
-def json_task(r, held):
-    name, age = person(r, held), r.randint(1, 99)
+def json_task(r, held, wide=0.0):
+    name, age = person(r, held, wide), r.randint(1, 99)
     return f"Reply with a JSON object with name {name} and age {age}.", name, age
 
 
@@ -185,11 +217,13 @@ def temp(r):
 class Gen:
     """Conversations for training (held=False) or evaluation (held=True)."""
 
-    def __init__(self, seed, held=False, copy=False, arith=0.0):
+    def __init__(self, seed, held=False, copy=False, arith=0.0, wide=0.0, off=0.0):
         self.r = random.Random(seed)
         self.held = held
         self.copy = copy     # only the copying skills (echo, the call, JSON): the warm-up
         self.arith = arith   # this share of the conversations is arithmetic, on top of the mix
+        self.wide = wide     # this share of copied words, cities, names: the wide vocabulary
+        self.off = off       # this share of the conversations is off-skill (offskill.py)
 
     def mode(self):
         k = self.r.random()
@@ -205,6 +239,10 @@ class Gen:
         msgs = []
         n = 0 if self.r.random() < 0.85 else self.r.randint(1, 2)
         for _ in range(n):
+            if self.off and self.r.random() < 0.3:
+                msgs += [{"role": "user", "content": self.off_prompt()},
+                         {"role": "assistant", "content": offskill.CAPABILITY}]
+                continue
             u, a, _w, _t = self.simple()
             msgs += [{"role": "user", "content": u}, {"role": "assistant", "content": a}]
         return msgs
@@ -216,13 +254,13 @@ class Gen:
             q, a, w, c = arith(r, held)
             return q, a, w, q[8:-1] + f" = {c}."
         if k < 0.75:
-            s = echo_words(r, held, pseudo=0.0 if held else 0.25)
+            s = echo_words(r, held, pseudo=0.0 if held else 0.25, wide=self.wide)
             return f"Repeat after me: {s}", s, "The user wants me to repeat the words exactly.", s
         if k < 0.93:
-            q, name, age = json_task(r, held)
+            q, name, age = json_task(r, held, self.wide)
             a = '{"name": "%s", "age": %d}' % (name, age)
             return q, a, f"A JSON object with the name {name} and the age {age}.", a
-        u, a = r.choice(CHAT)
+        u, a = r.choice(CHAT_OFF if self.off else CHAT)
         return u, a, "A short friendly answer.", a
 
     def tools(self):
@@ -236,19 +274,21 @@ class Gen:
     def example(self):
         """(messages, tools, enable_thinking, indices of trained assistant turns)."""
         r = self.r
+        if self.off and not self.copy and r.random() < self.off:
+            return self.off_example()
         force = bool(self.arith) and r.random() < self.arith
         k = 0.0 if force else r.random()
         mode = self.mode()
         if self.copy:
             if k < 0.5:
-                s = echo_words(r, self.held, pseudo=0.5)
+                s = echo_words(r, self.held, pseudo=0.5, wide=self.wide)
                 msgs = [{"role": "user", "content": f"Repeat after me: {s}"},
                         {"role": "assistant", "content": s}]
                 if mode:
                     msgs[1]["reasoning_content"] = "The user wants me to repeat the words exactly."
                 return msgs, None, mode, [1]
             if k < 0.7:
-                q, name, age = json_task(r, self.held)
+                q, name, age = json_task(r, self.held, self.wide)
                 msgs = [{"role": "user", "content": q},
                         {"role": "assistant", "content": '{"name": "%s", "age": %d}' % (name, age)}]
                 if mode:
@@ -264,7 +304,7 @@ class Gen:
                 last = {"role": "assistant", "content": a_think, "reasoning_content": why}
             msgs.append(last)
             return msgs, tools, mode, [len(msgs) - 1]
-        c = city(r, self.held)
+        c = city(r, self.held, self.wide)
         call = {"role": "assistant", "content": "", "tool_calls": [{
             "id": "call_1", "type": "function",
             "function": {"name": "get_weather", "arguments": {"city": c}}}]}
@@ -287,3 +327,39 @@ class Gen:
             last["reasoning_content"] = f"The tool says {t} degrees and {sky} in {c}."
         msgs.append(last)
         return msgs, tools, mode, [len(msgs) - 3, len(msgs) - 1]
+
+    def off_prompt(self):
+        r = self.r
+        names = [lambda: city(r, self.held, self.wide), lambda: person(r, self.held, self.wide)]
+        return offskill.off_prompt(r, WORDS, names)
+
+    def off_example(self):
+        """An off-skill prompt answered with the capability line, or one of Open
+        WebUI's background tasks over a short chat answered with its JSON."""
+        r = self.r
+        mode = self.mode()
+        if r.random() < 0.3:
+            hist = []
+            for _ in range(1 if r.random() < 0.6 else r.randint(2, 3)):
+                if r.random() < 0.5:
+                    hist += [{"role": "user", "content": self.off_prompt()},
+                             {"role": "assistant", "content": offskill.CAPABILITY}]
+                else:
+                    u, a, _w, _t = self.simple()
+                    hist += [{"role": "user", "content": u}, {"role": "assistant", "content": a}]
+            prompt, ans = offskill.task_prompt(r, hist)
+            msgs = [{"role": "user", "content": prompt}]
+            if r.random() < 0.2:
+                msgs.insert(0, {"role": "system", "content": r.choice(SYSTEMS)})
+            last = {"role": "assistant", "content": ans}
+            if mode:
+                last["reasoning_content"] = "A JSON object, as the task asks."
+            msgs.append(last)
+            return msgs, None, mode, [len(msgs) - 1]
+        msgs = self.system(self.history() + [{"role": "user", "content": self.off_prompt()}])
+        tools = self.tools() if r.random() < 0.15 else None
+        last = {"role": "assistant", "content": offskill.CAPABILITY}
+        if mode:
+            last["reasoning_content"] = offskill.CAPABILITY_WHY
+        msgs.append(last)
+        return msgs, tools, mode, [len(msgs) - 1]

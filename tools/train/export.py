@@ -65,9 +65,12 @@ def write_checkpoint(model, tok, out, note):
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
         f.write("\n")
+    # max_new_tokens: the daemon's answer length when a request sets none. The
+    # demo's longest right answer (a difference worked with thinking) is under 100
+    # tokens; a prompt it cannot handle must not run to the context's end.
     with open(os.path.join(out, "generation_config.json"), "w") as f:
         json.dump({"do_sample": True, "temperature": 1.0, "top_p": 0.95, "eos_token_id": eos,
-                   "bos_token_id": 0, "pad_token_id": 1}, f, indent=2)
+                   "bos_token_id": 0, "pad_token_id": 1, "max_new_tokens": 128}, f, indent=2)
         f.write("\n")
     with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
         json.dump({"add_bos_token": False, "add_eos_token": False, "bos_token": "<s>",

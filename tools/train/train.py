@@ -85,11 +85,11 @@ def encode_example(tk, tpl, msgs, tools, mode, train_idx):
     return ids, mask
 
 
-def build_dataset(tk, tpl, seed, n, copy=False, arith=0.0):
+def build_dataset(tk, tpl, seed, n, copy=False, arith=0.0, wide=0.0, off=0.0):
     """[(prefix index or -1, ids, mask)], prefixes: the system turn of the
     conversations with tools (the long tool preamble), shared in a batch so it
     is computed once per batch rather than once per conversation."""
-    g = corpus.Gen(seed, copy=copy, arith=arith)
+    g = corpus.Gen(seed, copy=copy, arith=arith, wide=wide, off=off)
     data, prefixes, pindex = [], [], {}
     for _ in range(n):
         msgs, tools, mode, idx = g.example()
@@ -295,6 +295,11 @@ def main():
                     help="the first steps train on a synthetic copy task (random token strings)")
     ap.add_argument("--copy-mix", type=float, default=0.0,
                     help="after the warm-up, this fraction of the batches stays on the copying skills")
+    ap.add_argument("--wide", type=float, default=0.0,
+                    help="this share of copied words, cities and names from the wide vocabulary")
+    ap.add_argument("--offskill", type=float, default=0.0,
+                    help="this share of the conversations off-skill (the capability line, "
+                         "Open WebUI's tasks)")
     ap.add_argument("--layers", type=int, help="override the preset's layer count")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (1: faster than 2 on a busy 2-core machine)")
@@ -313,7 +318,7 @@ def main():
     log(f"tokenizer: {len(tk.vocab)} BPE tokens, {len(tk.merges)} merges, "
         f"<|im_start|> = {tk.im_start} ({time.time() - t0:.0f} s)")
     data, prefixes = build_dataset(tk, tpl, a.seed * 1000 + 2 + 7 * a.stage, a.examples,
-                                   arith=a.arith_extra)
+                                   arith=a.arith_extra, wide=a.wide, off=a.offskill)
     ntok = sum(len(x) for _, x, _ in data)
     nlab = sum(sum(m) for _, _, m in data)
     log(f"corpus: {len(data)} conversations, {ntok} tokens past {len(prefixes)} shared "
@@ -338,7 +343,8 @@ def main():
     rng = random.Random(a.seed)
     it = batches(data, a.batch_tokens, rng)
     if a.copy_warmup:
-        cdata, cpref = build_dataset(tk, tpl, a.seed * 1000 + 5 + 7 * a.stage, a.copy_warmup * 20 + int(a.steps * a.copy_mix * 20), True)
+        cdata, cpref = build_dataset(tk, tpl, a.seed * 1000 + 5 + 7 * a.stage, a.copy_warmup * 20 + int(a.steps * a.copy_mix * 20), True,
+                                     wide=a.wide)
         cit = batches(cdata, a.batch_tokens, random.Random(a.seed + 1))
         log(f"copy warm-up: {len(cdata)} conversations for the first {a.copy_warmup} steps")
     t1, seen, lsum, lcount = time.time(), 0, 0.0, 0
@@ -374,8 +380,17 @@ def main():
             "steps": a.steps, "batch_tokens": a.batch_tokens, "lr": a.lr,
             "examples": a.examples, "qat_frac": a.qat_frac, "space_merges": a.space_merges,
             "induction_init": a.induction_init, "arith_extra": a.arith_extra,
-            "copy_warmup": a.copy_warmup, "copy_mix": a.copy_mix, "layers": pc["num_hidden_layers"], "init": a.init, "stage": a.stage, "parameters": nparam,
+            "copy_warmup": a.copy_warmup, "copy_mix": a.copy_mix, "wide": a.wide,
+            "offskill": a.offskill, "threads": a.threads, "layers": pc["num_hidden_layers"], "init": a.init, "stage": a.stage, "parameters": nparam,
             "train_seconds": round(train_s)}
+    if a.init:
+        # The stages before, as their checkpoint recorded them, and the time of all.
+        with open(os.path.join(a.init, "config.json")) as f:
+            prev = json.load(f).get("minicpmd_trained") or {}
+        note["init"] = f"stage {a.stage} of tools/train/train.sh"
+        note["before"] = prev
+        note["train_seconds_total"] = prev.get("train_seconds_total",
+                                               prev.get("train_seconds", 0)) + round(train_s)
     export.write_checkpoint(model, tk, a.out, note)
     log(f"wrote {a.out} ({train_s / 60:.1f} min in all)")
 
