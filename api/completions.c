@@ -319,9 +319,10 @@ static char *c_end(void *ctx, const struct api_chat_ident *ci, enum api_finish_r
     return s;
 }
 
-static char *c_body(void *ctx, const struct api_chat_ident *ci, const struct api_chat_result *r)
+/* A non-streamed answer's text_completion object: the echo, then the output. */
+static json_t *body_json(struct cfmt *f, const struct api_chat_ident *ci,
+                         const struct api_chat_result *r)
 {
-    struct cfmt *f = ctx;
     size_t ne = f->echo ? f->echo_len : 0, nc = r->content ? strlen(r->content) : 0;
     char *all = malloc(ne + nc + 1);
     if (!all)
@@ -337,7 +338,12 @@ static char *c_body(void *ctx, const struct api_chat_ident *ci, const struct api
         json_decref(o);
         return NULL;
     }
-    return api_json_dump(o, NULL);
+    return o;
+}
+
+static char *c_body(void *ctx, const struct api_chat_ident *ci, const struct api_chat_result *r)
+{
+    return api_json_dump(body_json(ctx, ci, r), NULL);
 }
 
 static char *c_error(void *ctx, const struct api_err *e, bool stream)
@@ -379,28 +385,23 @@ void api_completion_format_free(void *ctx)
     free(f);
 }
 
-static int add_usage(json_t *into, const json_t *from, const char *key)
-{
-    json_t *a = json_object_get(into, key);
-    json_int_t b = json_integer_value(json_object_get(from, key));
-    return a ? json_integer_set(a, json_integer_value(a) + b) : -1;
-}
-
-char *api_completion_merge(char *const *bodies, int n)
+char *api_completion_body_multi(const struct api_chat_format *const *fmts,
+                                const struct api_chat_ident *ci,
+                                const struct api_chat_result *const *r, int n)
 {
     json_t *out = NULL, *choices = json_array();
+    struct api_usage sum = {0};
     char *s = NULL;
     if (!choices || n < 1)
         goto done;
     for (int i = 0; i < n; i++) {
-        json_t *o = bodies[i] ? json_loads(bodies[i], 0, NULL) : NULL;
-        json_t *c = json_array_get(json_object_get(o, "choices"), 0);
-        json_t *u = json_object_get(o, "usage");
-        int bad = !c || json_array_append(choices, c) != 0;
-        if (!bad && i > 0)   /* each prompt its own: everything sums */
-            bad = add_usage(json_object_get(out, "usage"), u, "prompt_tokens") ||
-                  add_usage(json_object_get(out, "usage"), u, "completion_tokens") ||
-                  add_usage(json_object_get(out, "usage"), u, "total_tokens");
+        /* each prompt its own: every count sums */
+        sum.prompt_tokens += r[i]->usage.prompt_tokens;
+        sum.completion_tokens += r[i]->usage.completion_tokens;
+        sum.reasoning_tokens += r[i]->usage.reasoning_tokens;
+        sum.cached_tokens += r[i]->usage.cached_tokens;
+        json_t *o = body_json(fmts[i]->ctx, ci, r[i]);
+        int bad = !o || json_array_append(choices, json_array_get(json_object_get(o, "choices"), 0));
         if (i == 0 && !bad)
             out = json_incref(o);
         json_decref(o);
@@ -408,7 +409,8 @@ char *api_completion_merge(char *const *bodies, int n)
             goto done;
     }
     json_object_del(out, "timings");   /* one choice's; the sum would mean nothing */
-    if (json_object_set(out, "choices", choices) == 0)
+    if (json_object_set(out, "choices", choices) == 0 &&
+        json_object_set_new(out, "usage", api_usage_json(&sum)) == 0)
         s = json_dumps(out, JSON_COMPACT);
 done:
     json_decref(choices);

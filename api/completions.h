@@ -68,9 +68,12 @@ struct api_chat_format *api_completion_format_new(const char *echo, size_t echo_
                                                   bool include_usage, int index,
                                                   bool echo_logprobs);
 
-/* One text_completion body of n (each a one-choice answer to prompt i, in order):
- * their choices in order, usage summed. NULL when a body is not one. */
-char *api_completion_merge(char *const *bodies, int n);
+/* The answer to a list of n prompts: one text_completion whose choices are each
+ * prompt's result r[i] framed by fmts[i] (its echo and index), in order, with ci's
+ * head (fmts[0]'s id) and the usages summed; no timings. NULL: out of memory. */
+char *api_completion_body_multi(const struct api_chat_format *const *fmts,
+                                const struct api_chat_ident *ci,
+                                const struct api_chat_result *const *r, int n);
 void api_completion_format_free(void *ctx);
 
 #endif

@@ -55,7 +55,6 @@ struct choice {
     struct api_chat_format fmt;     /* n > 1: api_chat_choice_format */
     struct api_usage usage;         /* n > 1: what its stream's end reported */
     const struct api_chat_result *result;   /* n > 1, non-stream: its run's */
-    char *body;                     /* several raw prompts, non-stream: its answer */
     bool submitted, final_seen;
     /* choice i > 0 of several raw prompts: its own prompt */
     const char *text;
@@ -99,7 +98,6 @@ static void chat_free(struct chat *c)
     for (int i = 0; i < UT_MAX_CHOICES; i++) {
         api_chat_run_free(c->ch[i].run);
         eng_gen_req_free(c->ch[i].greq);
-        free(c->ch[i].body);
         free(c->ch[i].ids);
         if (i > 0 && i < c->surf.n_prompts && c->surf.free_ctx)
             c->surf.free_ctx(c->ch[i].fmt.ctx);
@@ -232,18 +230,6 @@ static void choice_answer(void *ctx, int status, char *body, const char *retry_a
         free(body);
         return;
     }
-    if (status == 200 && body && c->surf.n_prompts > 1) {
-        /* several raw prompts: each choice rendered by its own framing, joined by the
-         * surface once all have answered */
-        ch->body = body;
-        if (++c->n_answered < c->n)
-            return;
-        char *bodies[UT_MAX_CHOICES];
-        for (int i = 0; i < c->n; i++)
-            bodies[i] = c->ch[i].body;
-        sink_answer(c, 200, c->surf.merge(bodies, c->n), NULL);
-        return;
-    }
     c->failed = true;
     cancel_all(c);
     sink_answer(c, status, body, retry_after);
@@ -258,6 +244,17 @@ static void choice_result(void *ctx, const struct api_chat_result *r)
     ch->result = r;
     if (c->failed || !c->req || ++c->n_answered < c->n)
         return;
+    if (c->surf.n_prompts > 1) {
+        /* several raw prompts: each choice framed by its own prompt's format */
+        const struct api_chat_result *rs[UT_MAX_CHOICES];
+        const struct api_chat_format *fs[UT_MAX_CHOICES];
+        for (int i = 0; i < c->n; i++) {
+            rs[i] = c->ch[i].result;
+            fs[i] = &c->ch[i].fmt;
+        }
+        sink_answer(c, 200, c->surf.merge(fs, &c->ident, rs, c->n), NULL);
+        return;
+    }
     struct api_chat_result all = *c->ch[0].result;
     struct api_chat_result others[UT_MAX_CHOICES];
     for (int i = 1; i < c->n; i++) {
@@ -491,7 +488,7 @@ static void submit(struct chat *c)
             if (c->surf.n_prompts < 2)   /* several raw prompts: theirs, set at the start */
                 ch->fmt = api_chat_choice_format(&ch->usage);
             cs = (struct api_chat_sink){choice_frame, choice_answer,
-                                        c->surf.n_prompts < 2 ? choice_result : NULL, ch,
+                                        choice_result, ch,
                                         &ch->fmt};
         }
         ch->run = api_chat_run_new(r, &ch->ident, eng_engine_tokenizer(app->eng),
@@ -605,6 +602,9 @@ int srv_chat_begin(srv_request *req, struct srv_response *resp, struct api_chat_
         if (c->surf.n_prompts > 1)   /* chat_free frees them from here on */
             c->ch[i].fmt = *surf->formats[i];
     }
+    /* the caller's arrays live on its stack: from here on the choices hold them */
+    c->surf.formats = NULL;
+    c->surf.more = NULL;
     for (int i = 1; i < c->n && c->surf.n_prompts > 1 && ok; i++) {
         struct choice *ch = &c->ch[i];
         const struct srv_raw_prompt *q = &surf->more[i - 1];

@@ -29,12 +29,14 @@ struct srv_chat_surface {
     void (*free_ctx)(void *ctx);
     /* Several raw prompts (a completions list; not streamed): choice i answers
      * more[i - 1] (text borrowed as `text` is, ids copied) framed by formats[i]
-     * (formats[0] is `format`; each freed with free_ctx), and `merge` joins the
-     * choices' bodies. n_prompts 0 or 1: the one prompt above. */
+     * (formats[0] is `format`; each freed with free_ctx), and `merge` renders the
+     * choices' results as one answer. n_prompts 0 or 1: the one prompt above. */
     int n_prompts;
     const struct srv_raw_prompt *more;
     const struct api_chat_format *const *formats;
-    char *(*merge)(char *const *bodies, int n);
+    char *(*merge)(const struct api_chat_format *const *formats,
+                   const struct api_chat_ident *ci,
+                   const struct api_chat_result *const *results, int n);
 };
 
 struct srv_raw_prompt {

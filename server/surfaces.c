@@ -11,6 +11,7 @@
 #include "server/app.h"
 #include "server/chat.h"
 
+#include <errno.h>
 #include <nettle/sha2.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,7 +84,7 @@ int srv_h_completions(srv_request *req, struct srv_response *resp)
         .n_prompts = (int)comp->n_prompts,
         .more = more,
         .formats = fmts,
-        .merge = api_completion_merge,
+        .merge = api_completion_body_multi,
     };
     struct api_chat_req *creq = comp->req;
     comp->req = NULL;
@@ -153,7 +154,7 @@ int srv_h_ollama_version(srv_request *req, struct srv_response *resp)
     (void)req;
     resp->status = 200;
     resp->body = api_ollama_version_body();
-    return resp->body ? 0 : -1;
+    return resp->body ? 0 : -ENOMEM;
 }
 
 static int ollama_list(srv_request *req, struct srv_response *resp, bool ps)
@@ -163,7 +164,7 @@ static int ollama_list(srv_request *req, struct srv_response *resp, bool ps)
     bool have = ollama_model(srv_request_app(req), &m, digest);
     resp->status = 200;
     resp->body = api_ollama_models_body(&m, have ? 1 : 0, ps);
-    return resp->body ? 0 : -1;
+    return resp->body ? 0 : -ENOMEM;
 }
 
 int srv_h_ollama_tags(srv_request *req, struct srv_response *resp)
