@@ -14,6 +14,7 @@
 #include "server/mailbox.h"
 #include "server/sd.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdbool.h>
@@ -380,7 +381,7 @@ static int init_handles(struct daemon *d)
     uv_timer_init(&d->loop, &d->ping);
     d->ping.data = d;
     uv_timer_start(&d->ping, on_ping, 1000, 1000);
-    return d->mailbox ? 0 : -1;
+    return d->mailbox ? 0 : -ENOMEM;
 }
 
 int srv_daemon_run(const struct cfg *cfg, const struct cfg_model_location *model,

@@ -4,6 +4,7 @@
 #include "server/app.h"
 #include "server/chat.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,7 +152,7 @@ static int h_health(srv_request *req, struct srv_response *resp)
     resp->body = api_health_body(&h);
     if (h.state == API_HEALTH_LOADING)
         resp->retry_after = "2";
-    return resp->body ? 0 : -1;
+    return resp->body ? 0 : -ENOMEM;
 }
 
 static int h_models(srv_request *req, struct srv_response *resp)
@@ -162,7 +163,7 @@ static int h_models(srv_request *req, struct srv_response *resp)
     bool have = describe_model(app, &m, &meta);
     resp->status = 200;
     resp->body = api_models_body(&m, have ? 1 : 0);
-    return resp->body ? 0 : -1;
+    return resp->body ? 0 : -ENOMEM;
 }
 
 static int h_model(srv_request *req, struct srv_response *resp)
@@ -179,7 +180,7 @@ static int h_model(srv_request *req, struct srv_response *resp)
     }
     resp->status = 200;
     resp->body = api_model_body(&m);
-    return resp->body ? 0 : -1;
+    return resp->body ? 0 : -ENOMEM;
 }
 
 static int h_metrics(srv_request *req, struct srv_response *resp)
@@ -200,7 +201,7 @@ static int h_metrics(srv_request *req, struct srv_response *resp)
     resp->status = 200;
     resp->content_type = "text/plain; version=0.0.4; charset=utf-8";
     resp->body = srv_metrics_render(app->metrics, &g);
-    return resp->body ? 0 : -1;
+    return resp->body ? 0 : -ENOMEM;
 }
 
 const struct srv_route srv_routes[] = {

@@ -6,6 +6,7 @@
 #include "minicpmd-build.h"
 #include "server/app.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -239,5 +240,5 @@ int srv_h_status(srv_request *req, struct srv_response *resp)
     resp->body = srv_status_render(app->status, &v);
     srv_response_header(resp, "Cache-Control", "no-store");
     resp->quiet = true;
-    return resp->body ? 0 : -1;
+    return resp->body ? 0 : -ENOMEM;
 }

@@ -12,6 +12,7 @@
 #include "webui-index-html.h"
 #include "webui-style-css.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,7 +50,7 @@ int srv_h_webui(srv_request *req, struct srv_response *resp)
     }
     resp->body = malloc(*a->len ? *a->len : 1);
     if (!resp->body)
-        return -1;
+        return -ENOMEM;
     memcpy(resp->body, a->data, *a->len);
     resp->body_len = *a->len;
     resp->status = 200;
