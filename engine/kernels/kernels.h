@@ -46,6 +46,40 @@ int eng_isa_has_vbmi(void);
  * call it before any kernel runs. */
 int eng_kernels_set_isa(enum eng_isa isa);
 
+/* The CPU: cpuid family and model (base + extended: 25/17 for Zen 4, 26 for
+ * Zen 5) and the brand string (printable ASCII, trimmed; "unknown" without one). */
+struct eng_cpu_ident {
+    int family, model;
+    char name[49];
+};
+void eng_cpu_ident(struct eng_cpu_ident *id);
+
+/* Whether eng_kernels_set_isa() chose the kernels (--isa, tests): the model then
+ * keeps that ISA's own decode kernel instead of measuring the others. */
+int eng_kernels_forced(void);
+
+/* ---- the decode kernel, chosen by measurement --------------------------------
+ * Every one-token Q4_1 x int8 kernel gives the scalar reference's bits, so the
+ * model may run whichever is fastest on this CPU (engine/model/kchoice.c times
+ * them at load). Names: "vbmi" (AVX-512 VBMI), "vnni-tile" (the VNNI tile kernel
+ * at one token), "avx2"; "scalar" where none is usable. */
+
+struct eng_q8x;
+
+/* The names the active ISA may use into names[0 .. max-1]; returns how many
+ * (at least 1). */
+int eng_decode_kernels(const char **names, int max);
+/* Make `name` the decode kernel (and its few-token form) of the active ISA: 0,
+ * or -1 when the active ISA cannot use it. Not thread-safe against running
+ * kernels, like eng_kernels_set_isa (which resets it to the ISA's default). */
+int eng_decode_kernel_set(const char *name);
+/* The decode kernel in use. */
+const char *eng_decode_kernel(void);
+/* Run kernel `name` on rows [row_begin, row_end) (timing it): 0, or -1 when
+ * the active ISA cannot use it. */
+int eng_decode_kernel_run(const char *name, const uint8_t *chunks, int in, int row_begin,
+                          int row_end, const struct eng_q8x *xq, float *y);
+
 /* The ISA the kernels currently use. */
 enum eng_isa eng_kernels_isa(void);
 
