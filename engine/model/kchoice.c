@@ -323,6 +323,12 @@ void eng__model_choose_kernel(eng_model *m)
         m->info.decode_choice = "only one";
         return;
     }
+    struct kc_job probe = {.name = names[0]};
+    if (kc_layer(m, 0, &probe) == 0) { /* BF16 weights: no int8 kernel runs */
+        m->info.decode_choice = "no Q4_1 weights";
+        m->info.n_decode_rates = 0;
+        return;
+    }
     char key[384], path[4096];
     kc_key(m, key, sizeof key);
     json_t *root = NULL;

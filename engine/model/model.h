@@ -62,7 +62,8 @@ struct eng_model_info {
     const char *weights;         /* "mmap" or "copy": where the matmul weights are read */
     /* The one-token int8 kernel (eng_decode_kernel) and how it was chosen:
      * "measured" at this load, "remembered" from the state directory, "forced"
-     * (eng_kernels_set_isa), "only one" usable, or "f32" (no int8 kernel runs). */
+     * (eng_kernels_set_isa), "only one" usable, or "f32" / "no Q4_1 weights" (no
+     * int8 kernel runs). */
     const char *decode_kernel;
     const char *decode_choice;
     /* every candidate with its rate on this model's matrices, GB/s of weights
