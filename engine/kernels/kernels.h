@@ -127,9 +127,11 @@ static inline int eng_q8x_cols(int in) { return (in + ENG_Q4_1_COLS - 1) / ENG_Q
 void eng_q8x_quantize(const struct eng_q8x *xq, const float *x, int in);
 
 /* y[row_begin .. row_end - 1] = W . x with x quantized: per group
- * y += d_w * d_x * sum(q_w * q_x) + m_w * d_x * sum(q_x). Runs on the VBMI decode kernel,
- * else on the VNNI or AVX2 tile kernel with one token, else on the scalar
- * reference of the same integer arithmetic (dispatch.c). Error against exact W.x is bounded by
+ * y += d_w * d_x * sum(q_w * q_x) + m_w * d_x * sum(q_x). Runs on the active decode
+ * kernel (eng_decode_kernel: by default the VBMI one, else the VNNI tile kernel with
+ * one token, else the AVX2 one; the model swaps in the fastest it measures), else on
+ * the scalar reference of the same integer arithmetic (dispatch.c); every one gives
+ * the reference's bits. Error against exact W.x is bounded by
  * sum_c |w_c| * d_x[g]/2 (half a quantization step of x per term). */
 void eng_matvec_q4_1_q8_rows(const uint8_t *chunks, int in, int row_begin, int row_end,
                              const struct eng_q8x *xq, float *y);
@@ -146,9 +148,10 @@ void eng_q8x_quantize_batch(const struct eng_q8x *xq, const float *x, int ldx, i
  * integer arithmetic as eng_matvec_q4_1_q8_rows per token (so the same answer up
  * to float summation order), but each weight chunk is unpacked once and used for
  * a block of tokens: compute-bound instead of bandwidth-bound. The AVX-512 VNNI
- * tile kernel (on a VBMI CPU, up to 4 tokens run on the decode kernel instead,
- * each token's result bit for bit its eng_matvec_q4_1_q8_rows one), else the AVX2
- * one (ENG_ISA_AVX2), else scalar (dispatch.c). */
+ * tile kernel (up to 4 tokens run on the active decode kernel's few-token form
+ * instead where it has one, each token's result bit for bit its
+ * eng_matvec_q4_1_q8_rows one), else the AVX2 one (ENG_ISA_AVX2), else scalar
+ * (dispatch.c). */
 void eng_matmul_q4_1_q8_rows(const uint8_t *chunks, int in, int row_begin, int row_end,
                              const struct eng_q8x *xq, int n_tok, float *y, int ldy);
 
