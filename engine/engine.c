@@ -125,6 +125,7 @@ static int open_device(struct eng_engine *e, const struct eng_engine_opts *o, ch
         .act = o->act,
         .qk_norm = o->qk_norm,
         .weights = o->weights,
+        .state_dir = o->state_dir,
         .log = log_model,
         .log_ctx = e,
         .sim_runlist_limit = o->sim_runlist_limit,

@@ -46,7 +46,8 @@ struct eng_engine_opts {
     enum eng_kmode kmode;
     int fixed_k;                /* ENG_KMODE_FIXED: layers per runlist */
     int max_retries;            /* ENG_KMODE_AUTO: replays per request; < 0: default */
-    const char *state_dir;      /* where the remembered K lives; NULL: not remembered */
+    const char *state_dir;      /* where the remembered K (and the cpu device's measured
+                                   decode kernel) live; NULL: not remembered */
     const char *faults;         /* sim fault specs (docs/usage.md, the worker); NULL */
     int sim_runlist_limit, sim_timeout_ms, sim_latency_us;  /* the sim's NPU model */
     /* (optional) one line per event worth logging; any thread. */

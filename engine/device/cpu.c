@@ -270,7 +270,8 @@ int eng__device_cpu_open(const struct eng_device_opts *o, struct eng_device **ou
     c->dev = (struct eng_device){.iface = &cpu_iface, .context = c};
     c->mopts = (struct eng_model_opts){.n_threads = o->n_threads, .act = o->act,
                                        .qk_norm = o->qk_norm, .weights = o->weights,
-                                       .log = o->log, .log_ctx = o->log_ctx};
+                                       .state_dir = o->state_dir, .log = o->log,
+                                       .log_ctx = o->log_ctx};
     snprintf(c->desc, sizeof c->desc, "cpu (no model loaded)");
     *out = &c->dev;
     return 0;

@@ -103,6 +103,7 @@ struct eng_device_opts {
     enum eng_act act;           /* ENG_ACT_Q8 (default) or ENG_ACT_F32 */
     enum eng_qk_norm qk_norm;
     enum eng_weights_place weights;
+    const char *state_dir;      /* where the measured decode kernel is remembered; NULL */
     eng_log_fn log;             /* the model's lines, warnings included; may be NULL */
     void *log_ctx;
 

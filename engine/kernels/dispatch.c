@@ -85,6 +85,26 @@ static const struct kern_table table_avx512_vbmi = {
  * pointer. */
 static _Atomic(const struct kern_table *) kern_active;
 static _Atomic int kern_active_isa;
+static _Atomic int kern_forced; /* eng_kernels_set_isa was called */
+
+/* The one-token decode kernels (and their few-token forms) one table may swap
+ * in: every one gives the scalar reference's bits, so which runs is a matter of
+ * speed alone, chosen by measurement (engine/model/kchoice.c). */
+enum { NEED_VBMI, NEED_VNNI, NEED_AVX2 };
+static const struct kern_decode {
+    const char *name;
+    kern_q4_1_q8_fn one;
+    kern_q4_1_q8_mm_fn few; /* NULL: the table's tile kernel serves 2+ tokens */
+    int need;
+} kern_decodes[] = {
+    { "vbmi", eng__matvec_q4_1_q8_vbmi, eng__matmul_q4_1_q8_vbmi_small, NEED_VBMI },
+    { "vnni-tile", matvec_q4_1_q8_by_matmul, NULL, NEED_VNNI },
+    { "avx2", eng__matvec_q4_1_q8_avx2, eng__matmul_q4_1_q8_avx2_small, NEED_AVX2 },
+};
+#define KERN_N_DECODES (int)(sizeof kern_decodes / sizeof *kern_decodes)
+/* the active table with its decode kernels swapped (eng_decode_kernel_set) */
+static struct kern_table kern_custom;
+static _Atomic(const char *) kern_decode_name;
 
 static int cpu_has(enum eng_isa isa)
 {
@@ -122,7 +142,7 @@ enum eng_isa eng_isa_detect(void)
     return ENG_ISA_SCALAR;
 }
 
-int eng_kernels_set_isa(enum eng_isa isa)
+static int set_isa(enum eng_isa isa)
 {
     const struct kern_table *t;
     if (!cpu_has(isa))
@@ -141,18 +161,103 @@ int eng_kernels_set_isa(enum eng_isa isa)
         break;
     }
     atomic_store(&kern_active_isa, (int)isa);
+    atomic_store(&kern_decode_name, (const char *)NULL);
     atomic_store(&kern_active, t);
     return 0;
+}
+
+int eng_kernels_set_isa(enum eng_isa isa)
+{
+    int rc = set_isa(isa);
+    if (rc == 0)
+        atomic_store(&kern_forced, 1);
+    return rc;
+}
+
+int eng_kernels_forced(void)
+{
+    return atomic_load(&kern_forced);
 }
 
 static const struct kern_table *kern_get(void)
 {
     const struct kern_table *t = atomic_load_explicit(&kern_active, memory_order_acquire);
     if (!t) {
-        eng_kernels_set_isa(eng_isa_detect());
+        set_isa(eng_isa_detect());
         t = atomic_load(&kern_active);
     }
     return t;
+}
+
+/* The decode kernels the active ISA may use: AVX-512 takes any of them the CPU
+ * has, AVX2 its own, scalar none but the reference. */
+static int decode_usable(const struct kern_decode *d)
+{
+    enum eng_isa isa = eng_kernels_isa();
+    switch (d->need) {
+    case NEED_VBMI: return isa == ENG_ISA_AVX512 && eng_isa_has_vbmi();
+    case NEED_VNNI: return isa == ENG_ISA_AVX512 && eng_isa_has_vnni();
+    default: return isa != ENG_ISA_SCALAR;
+    }
+}
+
+int eng_decode_kernels(const char **names, int max)
+{
+    int n = 0;
+    for (int i = 0; i < KERN_N_DECODES; i++)
+        if (decode_usable(&kern_decodes[i]) && n < max)
+            names[n++] = kern_decodes[i].name;
+    if (n == 0 && max > 0)
+        names[n++] = "scalar";
+    return n;
+}
+
+const char *eng_decode_kernel(void)
+{
+    const struct kern_table *t = kern_get();
+    const char *name = atomic_load(&kern_decode_name);
+    if (name)
+        return name;
+    for (int i = 0; i < KERN_N_DECODES; i++)
+        if (t->q4_1_q8 == kern_decodes[i].one)
+            return kern_decodes[i].name;
+    return "scalar";
+}
+
+static const struct kern_decode *decode_find(const char *name)
+{
+    for (int i = 0; name && i < KERN_N_DECODES; i++)
+        if (strcmp(name, kern_decodes[i].name) == 0 && decode_usable(&kern_decodes[i]))
+            return &kern_decodes[i];
+    return NULL;
+}
+
+int eng_decode_kernel_set(const char *name)
+{
+    const struct kern_table *t = kern_get();
+    const struct kern_decode *d = decode_find(name);
+    if (!d)
+        return name && strcmp(name, eng_decode_kernel()) == 0 ? 0 : -1;
+    if (t != &kern_custom)
+        kern_custom = *t;
+    kern_custom.q4_1_q8 = d->one;
+    kern_custom.q4_1_q8_few = d->few;
+    atomic_store(&kern_decode_name, d->name);
+    atomic_store(&kern_active, (const struct kern_table *)&kern_custom);
+    return 0;
+}
+
+int eng_decode_kernel_run(const char *name, const uint8_t *chunks, int in, int row_begin,
+                          int row_end, const struct eng_q8x *xq, float *y)
+{
+    const struct kern_decode *d = decode_find(name);
+    if (d)
+        d->one(chunks, in, row_begin, row_end, xq, y);
+    else if (name && strcmp(name, "scalar") == 0)
+        eng__matvec_q4_1_q8_scalar(chunks, in, row_begin, row_end, xq, y);
+    else
+        return -1;
+    return 0;
 }
 
 enum eng_isa eng_kernels_isa(void)

@@ -56,18 +56,19 @@ static inline __m256i ga_xpat(const int8_t *p, __m256i xsh)
     return _mm256_shuffle_epi8(_mm256_set1_epi32(x4), xsh);
 }
 
-/* Group g's share of the chunk after ch, line by line, so the prefetches spread
- * over the compute (as in gemv-vbmi.c): more lines in flight than the hardware
- * streamer keeps alone; never at or past `end`, the end of this call's rows.
+/* Group g's share of the chunk two after ch, line by line into L2, so the
+ * prefetches spread over the compute (as in gemv-vbmi.c, which says why two and
+ * L2): more lines in flight than the hardware streamer keeps alone; never at or
+ * past `end`, the end of this call's rows.
  * always_inline: see kern_mm_prefetch_next (GCC deletes an outlined prefetch). */
 static inline __attribute__((always_inline)) void
 ga_prefetch(const uint8_t *ch, int g, const uint8_t *end)
 {
-    const uint8_t *pf = ch + ENG_Q4_1_CHUNK_BYTES;
+    const uint8_t *pf = ch + 2 * ENG_Q4_1_CHUNK_BYTES;
     if (pf + ENG_Q4_1_CHUNK_BYTES > end)
         return;
     for (int l = 0; l < GA_PF_GROUP; l += 64)
-        _mm_prefetch((const char *)pf + g * GA_PF_GROUP + l, _MM_HINT_T0);
+        _mm_prefetch((const char *)pf + g * GA_PF_GROUP + l, _MM_HINT_T1);
 }
 
 /* 16-bit lanes p of both 128-bit halves, widened and added: 8 int32. */

@@ -46,6 +46,40 @@ int eng_isa_has_vbmi(void);
  * call it before any kernel runs. */
 int eng_kernels_set_isa(enum eng_isa isa);
 
+/* The CPU: cpuid family and model (base + extended: 25/17 for Zen 4, 26 for
+ * Zen 5) and the brand string (printable ASCII, trimmed; "unknown" without one). */
+struct eng_cpu_ident {
+    int family, model;
+    char name[49];
+};
+void eng_cpu_ident(struct eng_cpu_ident *id);
+
+/* Whether eng_kernels_set_isa() chose the kernels (--isa, tests): the model then
+ * keeps that ISA's own decode kernel instead of measuring the others. */
+int eng_kernels_forced(void);
+
+/* ---- the decode kernel, chosen by measurement --------------------------------
+ * Every one-token Q4_1 x int8 kernel gives the scalar reference's bits, so the
+ * model may run whichever is fastest on this CPU (engine/model/kchoice.c times
+ * them at load). Names: "vbmi" (AVX-512 VBMI), "vnni-tile" (the VNNI tile kernel
+ * at one token), "avx2"; "scalar" where none is usable. */
+
+struct eng_q8x;
+
+/* The names the active ISA may use into names[0 .. max-1]; returns how many
+ * (at least 1). */
+int eng_decode_kernels(const char **names, int max);
+/* Make `name` the decode kernel (and its few-token form) of the active ISA: 0,
+ * or -1 when the active ISA cannot use it. Not thread-safe against running
+ * kernels, like eng_kernels_set_isa (which resets it to the ISA's default). */
+int eng_decode_kernel_set(const char *name);
+/* The decode kernel in use. */
+const char *eng_decode_kernel(void);
+/* Run kernel `name` on rows [row_begin, row_end) (timing it): 0, or -1 when
+ * the active ISA cannot use it. */
+int eng_decode_kernel_run(const char *name, const uint8_t *chunks, int in, int row_begin,
+                          int row_end, const struct eng_q8x *xq, float *y);
+
 /* The ISA the kernels currently use. */
 enum eng_isa eng_kernels_isa(void);
 
@@ -93,9 +127,11 @@ static inline int eng_q8x_cols(int in) { return (in + ENG_Q4_1_COLS - 1) / ENG_Q
 void eng_q8x_quantize(const struct eng_q8x *xq, const float *x, int in);
 
 /* y[row_begin .. row_end - 1] = W . x with x quantized: per group
- * y += d_w * d_x * sum(q_w * q_x) + m_w * d_x * sum(q_x). Runs on the VBMI decode kernel,
- * else on the VNNI or AVX2 tile kernel with one token, else on the scalar
- * reference of the same integer arithmetic (dispatch.c). Error against exact W.x is bounded by
+ * y += d_w * d_x * sum(q_w * q_x) + m_w * d_x * sum(q_x). Runs on the active decode
+ * kernel (eng_decode_kernel: by default the VBMI one, else the VNNI tile kernel with
+ * one token, else the AVX2 one; the model swaps in the fastest it measures), else on
+ * the scalar reference of the same integer arithmetic (dispatch.c); every one gives
+ * the reference's bits. Error against exact W.x is bounded by
  * sum_c |w_c| * d_x[g]/2 (half a quantization step of x per term). */
 void eng_matvec_q4_1_q8_rows(const uint8_t *chunks, int in, int row_begin, int row_end,
                              const struct eng_q8x *xq, float *y);
@@ -112,9 +148,10 @@ void eng_q8x_quantize_batch(const struct eng_q8x *xq, const float *x, int ldx, i
  * integer arithmetic as eng_matvec_q4_1_q8_rows per token (so the same answer up
  * to float summation order), but each weight chunk is unpacked once and used for
  * a block of tokens: compute-bound instead of bandwidth-bound. The AVX-512 VNNI
- * tile kernel (on a VBMI CPU, up to 4 tokens run on the decode kernel instead,
- * each token's result bit for bit its eng_matvec_q4_1_q8_rows one), else the AVX2
- * one (ENG_ISA_AVX2), else scalar (dispatch.c). */
+ * tile kernel (up to 4 tokens run on the active decode kernel's few-token form
+ * instead where it has one, each token's result bit for bit its
+ * eng_matvec_q4_1_q8_rows one), else the AVX2 one (ENG_ISA_AVX2), else scalar
+ * (dispatch.c). */
 void eng_matmul_q4_1_q8_rows(const uint8_t *chunks, int in, int row_begin, int row_end,
                              const struct eng_q8x *xq, int n_tok, float *y, int ldy);
 

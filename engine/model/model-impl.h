@@ -55,6 +55,9 @@ struct eng_model {
     size_t anon_len;
 };
 
+/* kchoice.c: the decode kernel by measurement (info.decode_*). */
+void eng__model_choose_kernel(eng_model *m);
+
 /* place.c: copy the weights per opts.weights (falls back to the mapping with a
  * line in the log: never fails); and unmap the copy. */
 int eng__model_place_weights(eng_model *m);

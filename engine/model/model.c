@@ -424,6 +424,7 @@ int eng_model_open(const eng_pack *pack, const struct eng_model_opts *o, eng_mod
              vnni && eng_isa_has_vbmi() ? "-vnni-vbmi" : vnni ? "-vnni" : "",
              q8 ? " int8-act" : " f32-act");
     m->info.isa = m->isa;
+    eng__model_choose_kernel(m);
     *out = m;
     return 0;
 fail:

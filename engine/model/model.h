@@ -38,6 +38,9 @@ struct eng_model_opts {
     enum eng_qk_norm qk_norm;
     int no_kv_dedup;        /* compute replicated KV heads as stored (tests) */
     enum eng_weights_place weights;  /* 0: the file mapping */
+    /* (optional) where the decode kernel measured at load is remembered, per CPU
+     * and shapes (engine/model/kchoice.c); NULL: measured at every load */
+    const char *state_dir;
     /* (optional) one line per finding: warnings (the all-ones QK-norm shim) and
      * the weights' copy (progress, huge pages) at INFO. */
     eng_log_fn log;
@@ -57,6 +60,19 @@ struct eng_model_info {
                                   * last position, not once per token */
     const char *isa;             /* kernels in use, e.g. "avx512-vnni" */
     const char *weights;         /* "mmap" or "copy": where the matmul weights are read */
+    /* The one-token int8 kernel (eng_decode_kernel) and how it was chosen:
+     * "measured" at this load, "remembered" from the state directory, "forced"
+     * (eng_kernels_set_isa), "only one" usable, or "f32" / "no Q4_1 weights" (no
+     * int8 kernel runs). */
+    const char *decode_kernel;
+    const char *decode_choice;
+    /* every candidate with its rate on this model's matrices, GB/s of weights
+     * (measured or remembered; 0 when not measured) */
+    int n_decode_rates;
+    struct eng_decode_rate {
+        const char *name;
+        double gb_s;
+    } decode_rates[4];
     int64_t weights_bytes;       /* copy: bytes copied (all but the embedding) */
     int64_t weights_huge_bytes;  /* copy: of those, in huge pages at load (smaps
                                     AnonHugePages, or all with hugetlb); -1: unknown */

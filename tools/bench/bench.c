@@ -3,6 +3,7 @@
  *
  *   minicpmd-bench PACKDIR [--threads N] [--prompt N] [--gen N] [--reps N]
  *                          [--act q8|f32] [--isa scalar|avx2|avx512] [--json]
+ *                          [--decode-kernel vbmi|vnni-tile|avx2]
  *
  * Prefill: one eng_seq_forward() of an N-token prompt (random ids, fixed seed).
  * Decode: greedy argmax after that prompt, one token per eng_seq_forward().
@@ -20,6 +21,10 @@
  * bandwidth from minute to minute, that is the ratio that means something.
  * --isa limits the kernels and the roofs alike to a lesser ISA (what a CPU
  * without AVX-512 would run, measured here).
+ * The decode kernel is the model's choice at load (engine/model/kchoice.c: each
+ * candidate timed on the pack's matrices; the table is printed) unless --isa or
+ * --decode-kernel forces one. The report names the CPU (cpuid family, model,
+ * brand string).
  *
  * Exit status: 0, or 1 with one line on stderr. */
 #include "engine/engine.h"
@@ -50,6 +55,7 @@ struct bench_opts {
     int batch;                  /* > 1: also decode that many sequences as one batch */
     enum eng_act act;
     int isa;                    /* -1: the best this CPU has, else an enum eng_isa */
+    const char *decode_kernel;  /* forced after load (eng_decode_kernel_set), or NULL */
     enum eng_weights_place weights;
 };
 
@@ -91,6 +97,7 @@ static void usage(FILE *f)
     fprintf(f, "Usage: minicpmd-bench PACKDIR [--threads N] [--prompt N (512)] [--gen N (64)]\n"
                "                      [--batch N (1..16: also decode N sequences as one batch)]\n"
                "                      [--reps N (3)] [--act q8|f32] [--isa scalar|avx2|avx512]\n"
+               "                      [--decode-kernel vbmi|vnni-tile|avx2]\n"
                "                      [--weights mmap|copy|auto (auto)] [--json]\n"
                "Prefill and decode tokens/s of the CPU forward pass, medians over --reps,\n"
                "against the machine's read-bandwidth and int8/f32 compute roofs.\n"
@@ -117,7 +124,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         {"gen", required_argument, NULL, 'g'},     {"reps", required_argument, NULL, 'r'},
         {"act", required_argument, NULL, 'a'},     {"json", no_argument, NULL, 'j'},
         {"isa", required_argument, NULL, 'i'},     {"weights", required_argument, NULL, 'w'},
-        {"batch", required_argument, NULL, 'b'},
+        {"batch", required_argument, NULL, 'b'},   {"decode-kernel", required_argument, NULL, 'k'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     *o = (struct bench_opts){ .prompt = 512, .gen = 64, .reps = 3, .act = ENG_ACT_Q8, .isa = -1,
@@ -136,6 +143,9 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
             break;
         case 'r':
             rc = parse_int("reps", optarg, 1, &o->reps);
+            break;
+        case 'k':
+            o->decode_kernel = optarg;
             break;
         case 'b':
             rc = parse_int("batch", optarg, 1, &o->batch);
@@ -386,6 +396,9 @@ static void report(const struct bench_opts *o, const struct eng_pack_info *pi,
      * activations, FMA lanes (2 FLOPs = 1 MAC) with f32 ones. */
     double roof_gmacs = (o->act == ENG_ACT_Q8 ? r->roof_int8_macs : r->roof_f32_flops / 2) / 1e9;
     const char *act = o->act == ENG_ACT_Q8 ? "q8" : "f32";
+    struct eng_cpu_ident cpu;
+    eng_cpu_ident(&cpu);
+    const char *dk = eng_decode_kernel(), *how = o->decode_kernel ? "forced" : mi->decode_choice;
 
     if (o->json) {
         json_t *j = json_pack(
@@ -404,6 +417,18 @@ static void report(const struct bench_opts *o, const struct eng_pack_info *pi,
             "roof_read_paired_gb_s", r->roof_paired_gbs, "roof_read_paired_min_gb_s",
             r->roof_paired_min, "roof_read_paired_max_gb_s", r->roof_paired_max,
             "decode_bw_ratio_paired", r->decode_paired_ratio, "prefill_macs_per_token", macs);
+        json_t *rates = json_object();
+        for (int i = 0; rates && i < mi->n_decode_rates; i++)
+            json_object_set_new(rates, mi->decode_rates[i].name, json_real(mi->decode_rates[i].gb_s));
+        if (j && (json_object_set_new(j, "cpu_family", json_integer(cpu.family)) ||
+                  json_object_set_new(j, "cpu_model", json_integer(cpu.model)) ||
+                  json_object_set_new(j, "cpu_name", json_string(cpu.name)) ||
+                  json_object_set_new(j, "decode_kernel", json_string(dk)) ||
+                  json_object_set_new(j, "decode_choice", json_string(how)) ||
+                  json_object_set_new(j, "decode_kernel_gb_s", rates ? rates : json_null()))) {
+            json_decref(j);
+            j = NULL;
+        }
         if (j && o->batch > 1 &&
             (json_object_set_new(j, "batch", json_integer(o->batch)) ||
              json_object_set_new(j, "batch_tok_s", json_real(r->batch_tps)))) {
@@ -420,7 +445,12 @@ static void report(const struct bench_opts *o, const struct eng_pack_info *pi,
         return;
     }
     printf("pack            %s (%s, %s)\n", pi->dir, pi->model_type, eng_weights_format_name(pi->format));
+    printf("cpu             family %d model %d, %s\n", cpu.family, cpu.model, cpu.name);
     printf("threads         %d, kernels %s, roofs %s\n", mi->n_threads, mi->isa, roof_isa_name());
+    printf("decode kernel   %s (%s", dk, how);
+    for (int i = 0; i < mi->n_decode_rates; i++)
+        printf("%s %s %.1f", i ? "," : ":", mi->decode_rates[i].name, mi->decode_rates[i].gb_s);
+    printf("%s)\n", mi->n_decode_rates ? " GB/s on the pack's layers at load" : "");
     printf("weights         %s", mi->weights);
     if (strcmp(mi->weights, "copy") == 0)
         printf(", %.0f of %.0f MiB in huge pages", mi->weights_huge_bytes / 1048576.0,
@@ -482,6 +512,15 @@ int main(int argc, char **argv)
     }
     r.load_s = ut_now_s() - t0;
     const struct eng_model_info *mi = eng_model_get_info(model);
+    if (o.decode_kernel && eng_decode_kernel_set(o.decode_kernel) != 0) {
+        const char *names[8];
+        int n = eng_decode_kernels(names, 8);
+        fprintf(stderr, "minicpmd-bench: --decode-kernel %s: not usable here (usable:", o.decode_kernel);
+        for (int i = 0; i < n; i++)
+            fprintf(stderr, " %s", names[i]);
+        fprintf(stderr, ")\n");
+        goto out;
+    }
     /* The roofs' own pool, of the model's size. The model's pool is idle (its
      * workers asleep) while a roof runs, and the other way round, so the two
      * never compete. */

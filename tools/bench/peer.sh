@@ -76,6 +76,13 @@ done
 
 out=$work/peer-$(date -u +%Y%m%dT%H%M%SZ).jsonl
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+# cpuid family and model (decimal, as /proc/cpuinfo gives them): the host class
+# every figure belongs to; each row of the jsonl carries them (minicpmd-bench
+# --json reports its own from cpuid).
+cpu_family=$(sed -n 's/^cpu family[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+cpu_model=$(sed -n 's/^model[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+cpu_json=$(printf '"cpu_family":%d,"cpu_model":%d,"cpu_name":"%s",' "${cpu_family:-0}" \
+    "${cpu_model:-0}" "$(printf '%s' "$cpu" | sed 's/[\\"]/\\&/g')")
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "peer.sh: $preset pack, $threads threads, prompt $prompt, gen $gen, $reps interleaved rounds" >&2
 i=1
@@ -85,20 +92,22 @@ while [ "$i" -le "$reps" ]; do
         sed 's/^{/{"engine":"minicpmd",/' >> "$out"
     for t in q4_1 q4_0; do
         node "$here/peer/llama-bench.mjs" "$work/$preset-$t.gguf" --threads "$threads" \
-            --prompt "$prompt" --gen "$gen" --reps 1 | sed "s/^{/{\"format\":\"$t\",/" >> "$out"
+            --prompt "$prompt" --gen "$gen" --reps 1 |
+            sed "s/^{/{\"format\":\"$t\",$(printf '%s' "$cpu_json" | sed 's/[&/\\]/\\&/g')/" >> "$out"
     done
     i=$((i + 1))
 done
 load1=$(cut -d' ' -f1-3 /proc/loadavg)
 
-/usr/bin/python3 - "$out" "$cpu" "$load0" "$load1" "$preset" <<'EOF'
+/usr/bin/python3 - "$out" "$cpu" "$load0" "$load1" "$preset" "$cpu_family" "$cpu_model" <<'EOF'
 import json, statistics, sys
-path, cpu, load0, load1, preset = sys.argv[1:]
+path, cpu, load0, load1, preset, family, model = sys.argv[1:]
 rows = [json.loads(l) for l in open(path)]
 mc = [r for r in rows if r['engine'] == 'minicpmd']
 ll = {t: [r for r in rows if r.get('format') == t] for t in ('q4_1', 'q4_0')}
 med = lambda rs, k: statistics.median(r[k] for r in rs)
-print(f'host      {cpu}; load average {load0} before, {load1} after (shared machine)')
+print(f'host      {cpu} (cpuid family {family} model {model}); load average {load0} before, '
+      f'{load1} after (shared machine)')
 print(f'shapes    {preset} pack, {mc[0]["threads"]} threads, prompt {mc[0]["prompt_tokens"]}, '
       f'{mc[0]["gen_tokens"]} decoded, {len(mc)} interleaved rounds; llama.cpp = '
       f'node-llama-cpp {ll["q4_1"][0]["node-llama-cpp"]} (prebuilt CPU)')
@@ -120,5 +129,9 @@ for t, label in (('q4_1', 'same weights, Q4_1'), ('q4_0', "llama.cpp's best, Q4_
     print(f'ratio minicpmd / llama.cpp ({label}): prefill '
           f'{med(mc, "prefill_tok_s") / med(ll[t], "prefill_tok_s"):.2f}x, decode '
           f'{med(mc, "decode_tok_s") / med(ll[t], "decode_tok_s"):.2f}x')
+for r in mc:
+    rates = ', '.join(f'{k} {v:.1f}' for k, v in r.get('decode_kernel_gb_s', {}).items())
+    print(f'minicpmd decode kernel {r.get("decode_kernel")} ({r.get("decode_choice")}'
+          + (f': {rates} GB/s at load' if rates else '') + ')')
 print(f'(every round: {path})')
 EOF
