@@ -162,7 +162,8 @@ static void build_responses(const struct api_chat_req *r, const char *raw, size_
     size_t tn = n < 8 ? n : 8; /* a token is a few bytes, each a JSON integer */
     struct api_top_logprob top[2] = {{raw + n - tn, tn, -1.0f}, {text, strlen(text) % 8, 0.0f}};
     struct api_token_logprob tok = {raw, tn, -0.5f, top, 2};
-    struct api_tool_call call = {NULL, r && r->tool_choice_name ? r->tool_choice_name : raw, raw};
+    struct api_tool_call call = {NULL, r && r->tool_choice_name ? r->tool_choice_name : raw, raw,
+                                 false};
     struct api_timings t = {.prompt_n = (int32_t)n, .prompt_ms = (double)n / 3,
                             .predicted_n = 1, .predicted_ms = 0};
     struct api_chat_result res = {
@@ -172,7 +173,7 @@ static void build_responses(const struct api_chat_req *r, const char *raw, size_
     };
     /* One builder per input (allocations are what costs under ASan); the input's
      * bytes pick which, so every builder sees every kind of input. */
-    struct api_tool_call_delta td = {0, NULL, raw, text};
+    struct api_tool_call_delta td = {0, NULL, raw, text, false};
     struct api_chat_delta d = {.content = text, .reasoning = raw, .tool_calls = &td,
                                .n_tool_calls = 1, .logprobs = true, .tokens = &tok,
                                .n_tokens = 1};
@@ -211,13 +212,14 @@ static void fuzz_completions(const uint8_t *data, size_t size, const struct api_
     json_decref(body);
     check_common(c->req);
     if (!c->req->raw || (!c->text && !c->n_ids) || (c->text && c->n_ids) ||
-        (c->echo && c->req->logprobs) || c->req->top_logprobs > API_COMPLETION_MAX_LOGPROBS)
+        c->req->top_logprobs > API_COMPLETION_MAX_LOGPROBS)
         abort();
     for (size_t i = 0; i < c->n_ids; i++)
         if (c->ids[i] < 0 || c->ids[i] >= N_VOCAB)
             abort();
     struct api_chat_format *f =
-        api_completion_format_new(c->text, c->text ? c->text_len : 0, c->req->include_usage);
+        api_completion_format_new(c->text, c->text ? c->text_len : 0, c->req->include_usage, 0,
+                                  c->req->prompt_logprobs);
     if (!f)
         abort();
     struct api_chat_ident ci;
@@ -287,7 +289,7 @@ static void fuzz_ollama(const uint8_t *data, size_t size, const struct api_chat_
     size_t n = size < 64 ? size : 64;
     memcpy(raw, data, n);
     raw[n] = '\0';
-    struct api_tool_call_delta td = {0, NULL, raw, raw};
+    struct api_tool_call_delta td = {0, NULL, raw, raw, false};
     struct api_chat_delta d = {.content = raw, .reasoning = raw, .tool_calls = &td,
                                .n_tool_calls = 1};
     struct api_usage u = {1, 2, 0, 0};
@@ -331,7 +333,7 @@ static void fuzz_responses(const uint8_t *data, size_t size, const struct api_ch
         struct api_chat_format *f = api_responses_format_new(echo);
         struct api_chat_ident ci;
         api_chat_ident_init(&ci, "m", NULL, NULL, false);
-        struct api_tool_call_delta td = {0, NULL, "f", "{}"};
+        struct api_tool_call_delta td = {0, NULL, "f", "{}", false};
         struct api_chat_delta d1 = {.reasoning = "r"}, d2 = {.content = "c"},
                               d3 = {.tool_calls = &td, .n_tool_calls = 1};
         struct api_usage u = {1, 2, 0, 0};
