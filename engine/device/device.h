@@ -93,6 +93,8 @@ struct eng_run_result {
     int failed_layer;           /* that command's layer, -1 for EMBED/HEAD or unknown */
     int64_t elapsed_us;         /* from submission to the final state (measured by
                                    eng_device_run_runlist, backends leave it) */
+    bool on_host;               /* the host CPU ran it, not the device (xrt's prefill
+                                   on the CPU, --npu-prefill) */
     char message[160];          /* one line, empty when COMPLETED */
 };
 

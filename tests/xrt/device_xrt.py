@@ -202,11 +202,21 @@ def main(argv):
                     out.append((c, j["usage"]["prompt_tokens_details"]["cached_tokens"]))
                     msgs += [{"role": "assistant", "content": c},
                              {"role": "user", "content": "and then?"}]
+                mt = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port,
+                                            timeout=10).read().decode()
+                turns.split = {k: float(v) for k, v in re.findall(
+                    r'minicpmd_prefill_seconds_total\{ran_on="(\w+)"\} ([0-9.]+)', mt)}
                 return out
             finally:
                 d.terminate()
                 turns.log = d.communicate(timeout=30)[1]
         ref = turns("npu")
+        ran += 1
+        ok = turns.split.get("device", 0) > 0 and turns.split.get("host_cpu") == 0
+        print(("ok     " if ok else "FAILED ") + "/metrics: npu prefill time on the device")
+        print("       %r" % turns.split)
+        if not ok:
+            failures.append("npu prefill metrics")
         for title, prefill, fault in (
                 ("--npu-prefill cpu: two turns as with npu prefill", "cpu", None),
                 ("--npu-prefill cpu, hang in the first NPU decode step", "cpu", "hang@0"),
@@ -218,11 +228,13 @@ def main(argv):
             cached = got[1][1] > 0 and ref[1][1] > 0
             hit = not fault or ("ERT_CMD_STATE_" in turns.log and "replaying" in turns.log)
             why = re.findall(r"--npu-prefill auto: [^\n]*", turns.log)
-            ok = same and cached and hit and (prefill != "auto" or why)
+            split = turns.split.get("host_cpu", 0) > 0 and (fault or prefill == "auto" or
+                                                             turns.split.get("device") == 0)
+            ok = same and cached and hit and split and (prefill != "auto" or why)
             print(("ok     " if ok else "FAILED ") + title)
             seen = re.findall(r"[^\n]*ERT_CMD_STATE_[^\n]*", turns.log) if fault else []
-            print("       %r vs npu prefill %r; fault seen and replayed: %s%s%s" %
-                  (got, ref, hit, ("; " + why[0]) if why else "",
+            print("       %r vs npu prefill %r; prefill seconds %r; fault seen and replayed: "
+                  "%s%s%s" % (got, ref, turns.split, hit, ("; " + why[0]) if why else "",
                    ("; " + seen[0][:240]) if seen else ""))
             if not ok:
                 failures.append(title)

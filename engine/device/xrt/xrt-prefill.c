@@ -210,6 +210,7 @@ void xpf_run(xpf *p, struct eng_device *dev, eng_device_seq *seq, int dev_len,
              const struct eng_batch *b, struct eng_run_result *out)
 {
     char e2[160];
+    out->on_host = true;
     for (int i = 0; i < rl->n_cmds; i++) {
         const struct eng_cmd *c = &rl->cmds[i];
         int rc = 0;
