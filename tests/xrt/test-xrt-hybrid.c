@@ -118,14 +118,27 @@ static void turn(struct path *p, const int32_t *t, int n, int n_gen)
 }
 
 /* Same tokens; same top-5 but for near-ties (on the NPU path's logits). Returns the
- * number of tied swaps; fails the test on a real difference. */
-static int compare(const struct path *c, const struct path *npu, const char *what)
+ * number of tied swaps; fails the test on a real difference. A greedy token that
+ * differs between two candidates within XH_TIE on both paths' logits is a tie at
+ * the argmax: the continuations then legitimately part, so the comparison ends
+ * there (*tie_at = the step, else -1). */
+static int compare(const struct path *c, const struct path *npu, const char *what, int *tie_at)
 {
     int ties = 0;
+    *tie_at = -1;
     cr_assert_eq(c->n, npu->n);
     for (int s = 0; s < c->n; s++) {
+        int a0 = c->toks[s], b0 = npu->toks[s];
+        if (a0 != b0 && fabs((double)npu->lg[s][a0] - (double)npu->lg[s][b0]) <= XH_TIE &&
+            fabs((double)c->lg[s][a0] - (double)c->lg[s][b0]) <= XH_TIE) {
+            *tie_at = s;
+            return ties;
+        }
         cr_assert_eq(c->toks[s], npu->toks[s], "%s: step %d: token %d (cpu prefill) vs %d (npu "
-                     "prefill)", what, s, c->toks[s], npu->toks[s]);
+                     "prefill), npu logits %.5f vs %.5f, cpu logits %.5f vs %.5f", what, s,
+                     c->toks[s], npu->toks[s], (double)npu->lg[s][c->toks[s]],
+                     (double)npu->lg[s][npu->toks[s]], (double)c->lg[s][c->toks[s]],
+                     (double)c->lg[s][npu->toks[s]]);
         for (int k = 0; k < 5; k++) {
             int a = c->top5[s][k], b = npu->top5[s][k];
             if (a == b)
@@ -160,6 +173,7 @@ static void agreement(const char *preset_pack, const char *kdir, const int *lens
     xrtdbl_reset();
     xrtdbl_set_model(true);
     xmodel_reset();
+    int n_tie_ended = 0;
     for (int i = 0; i < n; i++) {
         int32_t *t = malloc((size_t)(lens[i] + 16) * sizeof *t);
         cr_assert(t);
@@ -173,7 +187,18 @@ static void agreement(const char *preset_pack, const char *kdir, const int *lens
         turn(&u, t, lens[i], n_gen);
         char what[64];
         snprintf(what, sizeof what, "%d tokens, turn 1", lens[i]);
-        int ties = compare(&c, &u, what);
+        int tie_at;
+        int ties = compare(&c, &u, what, &tie_at);
+        if (tie_at >= 0) {
+            printf("%-24s %d tokens: the greedy token is a tie (within %.2f on both paths) at "
+                   "step %d; compared up to there, tied top-5 swaps %d\n", what, lens[i],
+                   XH_TIE, tie_at, ties);
+            n_tie_ended++;
+            path_close(&c);
+            path_close(&u);
+            free(t);
+            continue;
+        }
         /* Turn 2: the last greedy token (not yet in the KV) and 11 new ones. */
         int32_t t2[12];
         t2[0] = c.toks[n_gen - 1];
@@ -181,7 +206,8 @@ static void agreement(const char *preset_pack, const char *kdir, const int *lens
         turn(&c, t2, 12, n_gen);
         turn(&u, t2, 12, n_gen);
         snprintf(what, sizeof what, "%d tokens, turn 2", lens[i]);
-        int ties2 = compare(&c, &u, what);
+        int ties2 = compare(&c, &u, what, &tie_at);
+        cr_assert_lt(tie_at, 0, "%s: a tie at the argmax at step %d", what, tie_at);
         printf("%-24s %d + %d greedy tokens and a second turn (%d positions reused) agree; "
                "tied top-5 swaps %d + %d\n", what, lens[i], n_gen, lens[i] + n_gen - 1, ties,
                ties2);
@@ -190,6 +216,9 @@ static void agreement(const char *preset_pack, const char *kdir, const int *lens
         path_close(&u);
         free(t);
     }
+    /* ties at the argmax are rare; a comparison that ends early on most prompts
+     * compares nothing */
+    cr_assert_leq(n_tie_ended, n / 4, "%d of %d prompts ended at a tie", n_tie_ended, n);
     eng_pack_free(pack);
 }
 

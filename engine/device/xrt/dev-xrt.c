@@ -337,11 +337,13 @@ static int open_prefill(struct xrt_dev *x, const eng_pack *pack, char *err, size
     if (x->opts.log) {
         char line[300];
         const struct xpf_rates *r = xpf_rates(x->pf);
-        snprintf(line, sizeof line, "xrt: prefill on the CPU (--npu-prefill %s): the pack also "
-                 "mapped for the CPU, +%lld MB resident; NPU %.1f ms/token, CPU %.1f ms + "
-                 "%.2f ms/token", x->cfg.prefill == ENG_XRT_PREFILL_AUTO ? "auto" : "cpu",
-                 xpf_rss_added(x->pf) >> 20, r->npu_ms_per_token, r->cpu_ms_fixed,
-                 r->cpu_ms_per_token);
+        int n = snprintf(line, sizeof line, "xrt: prefill on the CPU (--npu-prefill %s): the "
+                         "pack also mapped for the CPU, +%lld MB resident at load",
+                         x->cfg.prefill == ENG_XRT_PREFILL_AUTO ? "auto" : "cpu",
+                         xpf_rss_added(x->pf) >> 20);
+        if (x->cfg.prefill == ENG_XRT_PREFILL_AUTO && n > 0 && (size_t)n < sizeof line)
+            snprintf(line + n, sizeof line - (size_t)n, "; NPU %.1f ms/token, CPU %.1f ms + "
+                     "%.2f ms/token", r->npu_ms_per_token, r->cpu_ms_fixed, r->cpu_ms_per_token);
         x->opts.log(x->opts.log_ctx, ENG_LOG_INFO, line);
     }
     return 0;
