@@ -498,15 +498,26 @@ static int x_seq_write_kv(void *ctx, eng_device_seq *s, const struct eng_kv_src 
     return 0;
 }
 
-/* One row of the state BOs back (the CPU catching up on positions the NPU decoded). */
+/* The rows [from, x->seq_len) of every state BO back from the device, one sync per
+ * layer, before the CPU catches up on positions the NPU decoded (npu_row). */
+static int sync_back(struct xrt_dev *x, int from, char *err, size_t errlen)
+{
+    for (int l = 0; l < x->n_layers && from < x->seq_len; l++) {
+        int rc = xrtb_bo_sync(x->b, x->layer_bo[l * LB_N + LB_STATE], false,
+                              (size_t)(x->seq_len - from) * x->ks.kv_row,
+                              (size_t)from * x->ks.kv_row, err, errlen);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* One row of a state BO, synced back by sync_back. */
 static int npu_row(const void *arg, int l, int pos, uint16_t *k, uint16_t *v)
 {
     const struct xrt_dev *x = arg;
     int nk = x->ks.n_kv_heads, hd = x->ks.head_dim;
     int bo = x->layer_bo[l * LB_N + LB_STATE];
-    char e2[160];
-    if (xrtb_bo_sync(x->b, bo, false, x->ks.kv_row, (size_t)pos * x->ks.kv_row, e2, sizeof e2))
-        return -EIO;
     const uint16_t *row =
         (const uint16_t *)((const uint8_t *)xrtb_bo_map(x->b, bo) + (size_t)pos * x->ks.kv_row);
     memcpy(k, row, (size_t)nk * hd * 2);
@@ -579,6 +590,11 @@ static void x_run_runlist(void *ctx, eng_device_seq *seq, const struct eng_runli
     if (x->pf && xpf_takes(x->pf, x->cfg.prefill, b, x->opts.log, x->opts.log_ctx)) {
         struct eng_kv_src rows = {.n_kv = x->ks.n_kv_heads, .head_dim = x->ks.head_dim,
                                   .row = npu_row, .arg = x};
+        if (rl->has_embed && xpf_len(x->pf) < x->seq_len &&
+            sync_back(x, xpf_len(x->pf), e2, sizeof e2)) {
+            fail(x, out, ENG_ERT_ERROR, 0, e2);
+            return;
+        }
         xpf_run(x->pf, &x->dev, seq, x->seq_len, &rows, rl, b, out);
         return;
     }

@@ -143,6 +143,11 @@ long long xpf_rss_added(const xpf *p)
     return p->rss_added;
 }
 
+int xpf_len(const xpf *p)
+{
+    return eng_seq_len(p->s);
+}
+
 void xpf_truncate(xpf *p, int n)
 {
     if (p)

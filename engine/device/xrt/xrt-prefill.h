@@ -41,6 +41,9 @@ struct xpf_rates *xpf_rates(xpf *p);
 /* Resident memory the CPU side added at open, bytes (VmRSS before/after). */
 long long xpf_rss_added(const xpf *p);
 
+/* Positions the CPU's copy holds. */
+int xpf_len(const xpf *p);
+
 /* The device dropped positions n.. (truncate, reset): so does the CPU's copy. */
 void xpf_truncate(xpf *p, int n);
 
