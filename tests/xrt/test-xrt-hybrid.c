@@ -185,17 +185,20 @@ static void agreement(const char *preset_pack, const char *kdir, const int *lens
         cr_assert_gt(eng_device_max_batch(c.d), 1, "cpu prefill runs in batches");
         size_t before = xrtdbl_log_lines();
         turn(&c, t, lens[i], n_gen);
-        /* the hand-off synced each layer's written rows once: [K|V] bf16 rows of the
-         * pack's stored KV heads from position 0 */
+        /* the hand-off synced each layer's written rows once per prefill batch:
+         * [K|V] bf16 rows of the pack's stored KV heads */
         const struct eng_pack_info *pi = eng_pack_get_info(pack);
-        char want[96];
-        snprintf(want, sizeof want, ".sync(to_device, %d, 0)",
-                 lens[i] * pi->hp.n_kv_heads * pi->hp.head_dim * 4);
-        size_t syncs = 0;
-        for (size_t k = before; k < xrtdbl_log_lines(); k++)
-            syncs += strstr(xrtdbl_log_line(k), want) != NULL;
-        cr_assert_eq(syncs, (size_t)pi->hp.n_layers, "%zu syncs of %s, not one per layer",
-                     syncs, want);
+        int row = pi->hp.n_kv_heads * pi->hp.head_dim * 4, mb = eng_device_max_batch(c.d);
+        for (int at = 0; at < lens[i]; at += mb) {
+            int nb = lens[i] - at < mb ? lens[i] - at : mb;
+            char want[96];
+            snprintf(want, sizeof want, ".sync(to_device, %d, %d)", nb * row, at * row);
+            size_t syncs = 0;
+            for (size_t k = before; k < xrtdbl_log_lines(); k++)
+                syncs += strstr(xrtdbl_log_line(k), want) != NULL;
+            cr_assert_eq(syncs, (size_t)pi->hp.n_layers, "%zu syncs of %s, not one per layer",
+                         syncs, want);
+        }
         turn(&u, t, lens[i], n_gen);
         char what[64];
         snprintf(what, sizeof what, "%d tokens, turn 1", lens[i]);
