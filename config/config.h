@@ -18,6 +18,8 @@ enum cfg_precision { CFG_PRECISION_INT8 = 0, CFG_PRECISION_F32 };
 /* How the xrt device submits layer runs: runlists, falling back to one run per
  * dispatch when every K fails (auto), runlists only, or one run per dispatch. */
 enum cfg_npu_submit { CFG_NPU_SUBMIT_AUTO = 0, CFG_NPU_SUBMIT_RUNLIST, CFG_NPU_SUBMIT_RUN };
+/* Where the xrt device prefills a prompt (engine/xrt.h's enum eng_xrt_prefill). */
+enum cfg_npu_prefill { CFG_NPU_PREFILL_NPU = 0, CFG_NPU_PREFILL_CPU, CFG_NPU_PREFILL_AUTO };
 /* q_norm/k_norm in a pack: auto drops the all-ones shim of relabelled packs. */
 enum cfg_qk_norm { CFG_QK_NORM_AUTO = 0, CFG_QK_NORM_OFF, CFG_QK_NORM_ON };
 enum cfg_weights { CFG_WEIGHTS_AUTO = 0, CFG_WEIGHTS_MMAP, CFG_WEIGHTS_COPY };
@@ -100,6 +102,7 @@ struct cfg {
     /* modes */
     bool check;                 /* --check: validate, load the model, exit 0/1 */
     enum cfg_npu_submit npu_submit; /* --npu-submit auto|runlist|run */
+    enum cfg_npu_prefill npu_prefill; /* --npu-prefill npu|cpu|auto */
     bool npu_probe;             /* --npu-probe: measure K on the NPU, save it, exit 0/1 */
 
     /* provenance, for messages */

@@ -13,6 +13,7 @@
 _Static_assert(sizeof(enum cfg_device) == sizeof(int), "enums are stored as int");
 _Static_assert(sizeof(enum cfg_precision) == sizeof(int), "enums are stored as int");
 _Static_assert(sizeof(enum cfg_npu_submit) == sizeof(int), "enums are stored as int");
+_Static_assert(sizeof(enum cfg_npu_prefill) == sizeof(int), "enums are stored as int");
 _Static_assert(sizeof(enum cfg_qk_norm) == sizeof(int), "enums are stored as int");
 _Static_assert(sizeof(enum cfg_weights) == sizeof(int), "enums are stored as int");
 _Static_assert(sizeof(enum cfg_log_level) == sizeof(int), "enums are stored as int");
@@ -22,6 +23,7 @@ _Static_assert(sizeof(enum cfg_log_format) == sizeof(int), "enums are stored as 
 static const char *const device_names[] = { "auto", "cpu", "sim", "xrt", NULL };
 static const char *const precision_names[] = { "int8", "f32", NULL };
 static const char *const npu_submit_names[] = { "auto", "runlist", "run", NULL };
+static const char *const npu_prefill_names[] = { "npu", "cpu", "auto", NULL };
 static const char *const qk_norm_names[] = { "auto", "off", "on", NULL };
 static const char *const weights_names[] = { "auto", "mmap", "copy", NULL };
 static const char *const thinking_names[] = { "auto", "on", "off", NULL };
@@ -176,6 +178,10 @@ const struct cfg__entry cfg__table[CFG__N_ENTRIES] = {
     ROW(NPU_SUBMIT) = ENUM("npu-submit", npu_submit, npu_submit_names, CFG_NPU_SUBMIT_AUTO,
                            .help = "xrt device: layer runs as runlists, one run per dispatch "
                                    "(run), or runlists falling back to single runs (auto)"),
+    ROW(NPU_PREFILL) = ENUM("npu-prefill", npu_prefill, npu_prefill_names, CFG_NPU_PREFILL_NPU,
+                            .help = "xrt device: prefill token by token on the NPU, in batches "
+                                    "on the CPU (its KV then handed to the NPU), or by "
+                                    "prompt length from rates measured at load (auto)"),
     ROW(NPU_PROBE) = BOOL("npu-probe", npu_probe, false, .flags = CFG__CLI_ONLY,
                           .help = "decode on the NPU with K = all, 24, 21 .. 1, report, save "
                                   "the best K, exit 0 or 1"),

@@ -243,6 +243,9 @@ struct eng_worker_stats {
                                    steps of i+1 sequences (interleaved: all count 1) */
     uint64_t queue_wait_us;     /* time requests waited in the queue, summed */
     uint64_t queue_waits;       /* requests that left the queue */
+    uint64_t prefill_device_us; /* prefill runlists run one sequence at a time, by where
+                                   they ran: the device, */
+    uint64_t prefill_host_us;   /* or the host CPU for it (xrt's --npu-prefill cpu) */
 };
 
 /* Called on the worker thread, in order; must not block for long nor call into

@@ -29,6 +29,7 @@ struct eng_xrt_config {
     const char *accel_node;     /* NULL: ENG_XRT_ACCEL_NODE (tests point it elsewhere) */
     bool no_runlist;            /* run one at a time (tests; XRT without runlist) */
     int submit;                 /* enum eng_xrt_submit */
+    int prefill;                /* enum eng_xrt_prefill */
 };
 
 /* How layer runs are submitted. AUTO: runlists of the planner's K; when a runlist
@@ -37,6 +38,12 @@ struct eng_xrt_config {
  * started and waited, the only mode the kernels are known to decode in on XDNA 2
  * (docs/npu-kernels.md §3.5). */
 enum eng_xrt_submit { ENG_XRT_SUBMIT_AUTO = 0, ENG_XRT_SUBMIT_RUNLIST, ENG_XRT_SUBMIT_RUN };
+
+/* Where the xrt device prefills a prompt. NPU: token by token through the kernels
+ * (no second copy of the weights). CPU: the CPU engine's batched forward pass on
+ * the same pack, its K/V rows then handed to the NPU, which decodes. AUTO: per
+ * prefill batch, whichever the rates measured at load say is faster. */
+enum eng_xrt_prefill { ENG_XRT_PREFILL_NPU = 0, ENG_XRT_PREFILL_CPU, ENG_XRT_PREFILL_AUTO };
 
 void eng_xrt_configure(const struct eng_xrt_config *c);
 

@@ -161,7 +161,10 @@ int main(int argc, char **argv)
         .kernels_dir = cfg.npu_kernels, .ctx_size = cfg.ctx_size,
         .submit = cfg.npu_submit == CFG_NPU_SUBMIT_RUN       ? ENG_XRT_SUBMIT_RUN
                   : cfg.npu_submit == CFG_NPU_SUBMIT_RUNLIST ? ENG_XRT_SUBMIT_RUNLIST
-                                                             : ENG_XRT_SUBMIT_AUTO});
+                                                             : ENG_XRT_SUBMIT_AUTO,
+        .prefill = cfg.npu_prefill == CFG_NPU_PREFILL_CPU    ? ENG_XRT_PREFILL_CPU
+                   : cfg.npu_prefill == CFG_NPU_PREFILL_AUTO ? ENG_XRT_PREFILL_AUTO
+                                                             : ENG_XRT_PREFILL_NPU});
     if (cfg.npu_probe) {
         rc = eng_xrt_probe_main(loc.source != CFG_MODEL_NONE ? loc.path : NULL, cfg.state_dir,
                                 stdout, stderr);

@@ -199,6 +199,12 @@ static void render_worker(ut_buf *b, const struct eng_worker_stats *w)
                "minicpmd_runlist_k_probes_total %llu\n",
             (unsigned long long)w->device_resets, (unsigned long long)w->k_halvings,
             (unsigned long long)w->k_probes);
+    ut_buf_printf(b, "# HELP minicpmd_prefill_seconds_total Time prefill runlists ran, by where: "
+               "the device, or the host CPU for it (--npu-prefill cpu).\n"
+               "# TYPE minicpmd_prefill_seconds_total counter\n"
+               "minicpmd_prefill_seconds_total{ran_on=\"device\"} %.6f\n"
+               "minicpmd_prefill_seconds_total{ran_on=\"host_cpu\"} %.6f\n",
+            (double)w->prefill_device_us / 1e6, (double)w->prefill_host_us / 1e6);
 }
 
 char *srv_metrics_render(const srv_metrics *m, const struct srv_metrics_gauges *g)

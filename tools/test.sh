@@ -65,8 +65,9 @@ run_suite() { # builddir, meson test args, meson setup args...
 
 if [ "$long" -eq 1 ]; then
     # The NPU path on MiniCPM5-2B's shapes against the CPU: the functional model's
-    # 64 + 32 token comparison on the 2b pack with 8 KV heads (minutes).
-    MINICPMD_XRT_LONG=1 run_suite build "xrt-model"
+    # 64 + 32 token comparison on the 2b pack with 8 KV heads (minutes); prefill on
+    # the CPU against prefill on the NPU, 20 prompts of 16-1,024 tokens and the 2b pack.
+    MINICPMD_XRT_LONG=1 run_suite build "xrt-model xrt-hybrid"
     # The daemon on the functional model (-Dxrt_model=true): --device xrt end to end,
     # the probe, the auto ladder, and the demo's answers through the NPU path.
     run_suite build-model "xrt-model xrt-replay xrt-daemon demo.skills_npu_model_equal" \

@@ -182,6 +182,17 @@ int eng_device_seq_copy(struct eng_device *d, eng_device_seq *dst, eng_device_se
     return d->iface->seq_copy ? d->iface->seq_copy(d->context, dst, src, n) : -ENOTSUP;
 }
 
+int eng_device_seq_write_kv(struct eng_device *d, eng_device_seq *seq,
+                            const struct eng_kv_src *src, int pos, int n, char *err,
+                            size_t errlen)
+{
+    assert(d && seq && src && pos >= 0 && n >= 0);
+    if (!d->iface->seq_write_kv)
+        return eng__fail(err, errlen, -ENOTSUP, "%s device: cannot take KV rows",
+                         eng_device_get_name(d));
+    return d->iface->seq_write_kv(d->context, seq, src, pos, n, err, errlen);
+}
+
 bool eng_device_can_batch(const struct eng_device *d)
 {
     assert(d);

@@ -93,7 +93,22 @@ struct eng_run_result {
     int failed_layer;           /* that command's layer, -1 for EMBED/HEAD or unknown */
     int64_t elapsed_us;         /* from submission to the final state (measured by
                                    eng_device_run_runlist, backends leave it) */
+    bool on_host;               /* the host CPU ran it, not the device (xrt's prefill
+                                   on the CPU, --npu-prefill) */
     char message[160];          /* one line, empty when COMPLETED */
+};
+
+/* KV rows computed elsewhere (the CPU engine's prefill, handed to the NPU), for
+ * seq_write_kv. */
+struct eng_kv_src {
+    int n_kv;                   /* distinct KV heads in a row (a device holding more,
+                                   repeated, repeats each n_kv_dev / n_kv times in
+                                   turn: HF repeat_interleave) */
+    int head_dim;
+    /* Fill k and v (n_kv * head_dim bf16 each, head after head; K rotated, no scale
+     * folded in) with layer l's row of position pos. 0 or negative. */
+    int (*row)(const void *arg, int layer, int pos, uint16_t *k, uint16_t *v);
+    const void *arg;
 };
 
 /* What eng_device_open gives a backend. Zero ({0}) is a sane default for each. */
@@ -151,6 +166,11 @@ struct eng_device_i {
     /* (optional) dst's KV becomes src's first n positions (src holds at least n):
      * a prompt several requests share is computed once. */
     int (*seq_copy)(void *ctx, eng_device_seq *dst, eng_device_seq *src, int n);
+    /* (optional) Positions [pos, pos + n) of every layer from src (pos <= the
+     * sequence's length), then the sequence's length becomes pos + n: KV computed by
+     * another device joins this one's cache, and decoding continues from it. */
+    int (*seq_write_kv)(void *ctx, eng_device_seq *seq, const struct eng_kv_src *src, int pos,
+                        int n, char *err, size_t errlen);
     /* Bring the device back after a failed runlist. (optional: nothing to do) */
     int (*reset)(void *ctx, char *err, size_t errlen);
     /* (optional) True once after a reset that changed how the device runs layers
@@ -204,6 +224,12 @@ int eng_device_run_runlist(struct eng_device *d, eng_device_seq *seq, const stru
  * device cannot) or -EINVAL. */
 bool eng_device_can_copy(const struct eng_device *d);
 int eng_device_seq_copy(struct eng_device *d, eng_device_seq *dst, eng_device_seq *src, int n);
+
+/* Write KV rows from src into seq (seq_write_kv). Returns 0, -ENOTSUP (the device
+ * cannot), or negative with err. */
+int eng_device_seq_write_kv(struct eng_device *d, eng_device_seq *seq,
+                            const struct eng_kv_src *src, int pos, int n, char *err,
+                            size_t errlen);
 
 /* Can the device run several sequences' batches as one (run_runlist_multi)? */
 bool eng_device_can_batch(const struct eng_device *d);

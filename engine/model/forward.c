@@ -178,6 +178,53 @@ int eng_seq_copy_prefix(eng_seq *dst, const eng_seq *src, int n)
     return 0;
 }
 
+/* Where K element d of position pos, layer l, real KV head u sits in the blocked
+ * layout (see struct eng_seq). */
+static uint16_t *k_at(const eng_seq *s, int l, int u, int pos)
+{
+    int hd = s->m->info.hp.head_dim;
+    return s->kc + (((size_t)l * s->m->info.n_kv_real + (size_t)u) * s->kblocks +
+                    (size_t)(pos / ENG_ATTN_KBLOCK)) * ENG_ATTN_KBLOCK * (size_t)hd +
+           pos % ENG_ATTN_KBLOCK;
+}
+
+int eng_seq_kv_get(const eng_seq *s, int l, int pos, uint16_t *k, uint16_t *v)
+{
+    if (l < 0 || l >= s->m->info.hp.n_layers || pos < 0 || pos >= s->len)
+        return -EINVAL;
+    int hd = s->m->info.hp.head_dim;
+    for (int u = 0; u < s->m->info.n_kv_real; u++) {
+        const uint16_t *kb = k_at(s, l, u, pos);
+        for (int d = 0; d < hd; d++)
+            k[(size_t)u * hd + d] = kb[(size_t)d * ENG_ATTN_KBLOCK];
+    }
+    memcpy(v, s->vc + ((size_t)l * s->n_ctx + (size_t)pos) * s->kvd, (size_t)s->kvd * 2);
+    return 0;
+}
+
+int eng_seq_kv_put(eng_seq *s, int l, int pos, const uint16_t *k, const uint16_t *v)
+{
+    if (l < 0 || l >= s->m->info.hp.n_layers || pos < 0 || pos >= s->n_ctx || s->n)
+        return -EINVAL;
+    int hd = s->m->info.hp.head_dim;
+    for (int u = 0; u < s->m->info.n_kv_real; u++) {
+        uint16_t *kb = k_at(s, l, u, pos);
+        for (int d = 0; d < hd; d++)
+            kb[(size_t)d * ENG_ATTN_KBLOCK] = k[(size_t)u * hd + d];
+    }
+    memcpy(s->vc + ((size_t)l * s->n_ctx + (size_t)pos) * s->kvd, v, (size_t)s->kvd * 2);
+    return 0;
+}
+
+int eng_seq_set_len(eng_seq *s, int n)
+{
+    if (n < 0 || n > s->n_ctx || s->n)
+        return -EINVAL;
+    s->len = n;
+    s->next_layer = 0;
+    return 0;
+}
+
 /* Buffers for a batch of n positions, grown in powers of two. */
 static int reserve(eng_seq *s, int n)
 {

@@ -129,6 +129,15 @@ int eng_seqs_head_rows(eng_seq *lead, float *const *logits, const int *nrows);
  * either. Returns 0 or -EINVAL (reason in dst's error). */
 int eng_seq_copy_prefix(eng_seq *dst, const eng_seq *src, int n);
 
+/* One position's cached K (rotated) and V of layer l, bf16, n_kv_real * head_dim
+ * each, real KV head after head: read (pos < len) or written (pos < n_ctx; no batch
+ * in flight; positions past len count once eng_seq_set_len covers them). KV
+ * computed on another device joins the sequence this way. 0 or -EINVAL. */
+int eng_seq_kv_get(const eng_seq *s, int l, int pos, uint16_t *k, uint16_t *v);
+int eng_seq_kv_put(eng_seq *s, int l, int pos, const uint16_t *k, const uint16_t *v);
+/* The length becomes n (0 .. n_ctx): positions up to n must have been written. */
+int eng_seq_set_len(eng_seq *s, int n);
+
 /* embed + all layers + head in one call. */
 int eng_seq_forward(eng_seq *s, const int32_t *tokens, int n, float *logits);
 

@@ -184,6 +184,10 @@ static int run_items(struct eng_worker *w, struct item *it, int n)
             struct eng_run_result res;
             int rc = eng_device_run_runlist(w->dev, g->slot->seq, rl, &it[i].b, &res);
             eng__gen_count_run(g, &res, true);
+            if (it[i].prefill)
+                atomic_fetch_add_explicit(res.on_host ? &w->m.prefill_host_us
+                                                      : &w->m.prefill_device_us,
+                                          (uint64_t)res.elapsed_us, memory_order_relaxed);
             if (rc == 0)
                 continue;
             eng__gen_fault(g, rl, &res, &it[i].b, it[i].prefill ? &it[i].pc : NULL);

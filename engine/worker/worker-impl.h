@@ -53,6 +53,8 @@ struct worker_metrics {
                                      them: [i] counts steps of i+1 (the last: or more) */
     atomic_uint_fast64_t queue_wait_us; /* summed over requests that left the queue */
     atomic_uint_fast64_t queue_waits;   /* how many */
+    /* prefill runlists' time, by where they ran: the device, or the host CPU for it */
+    atomic_uint_fast64_t prefill_device_us, prefill_host_us;
 };
 
 /* A prompt-cache slot: a device sequence, its own KV cache, and the ids that KV

@@ -484,6 +484,8 @@ void eng_worker_get_stats(const eng_worker *cw, struct eng_worker_stats *out)
         .device_resets = LOAD(w->m.device_resets),
         .k_halvings = LOAD(w->m.k_halvings),
         .k_probes = LOAD(w->m.k_probes),
+        .prefill_device_us = LOAD(w->m.prefill_device_us),
+        .prefill_host_us = LOAD(w->m.prefill_host_us),
         .active = LOAD(w->m.active),
         .parallel = w->parallel,
         .batched = w->batch,

@@ -156,6 +156,88 @@ def main(argv):
                 print("       %r vs clean %r; fault seen and replayed: %s (%s)" % (got, clean, hit, (re.findall(r"failing layer \d+", chat.log) or ["-"])[0]))
                 if not ok:
                     failures.append(title)
+        # --npu-prefill cpu: the CPU prefills, the NPU decodes. Two turns (the second
+        # reusing the first's KV, the CPU reading back what the NPU decoded) give the
+        # answers of --npu-prefill npu; a hang in the first NPU decode step after the
+        # CPU prefill (run 0: the prefill submits nothing to the NPU) and one in a later
+        # step (run 16: the ln of step 2, 4 layer runs + ln + lm a step) end in the clean
+        # answers, the
+        # worker replaying from the tokens; auto logs its choice. f32 activations: the
+        # CPU KV the model agrees with (test-xrt-model.c).
+        def turns(prefill, extra_env=None):
+            turns.n = getattr(turns, "n", 0) + 1
+            ekv = dict(env)
+            ekv.update(extra_env or {})
+            d = subprocess.Popen([exe, "--model", pack, "--device", "xrt", "--port", "0",
+                                  "--ctx-size", "1024", "--npu-kernels", good,
+                                  "--npu-prefill", prefill, "--npu-submit", "run",
+                                  "--precision", "f32",
+                                  "--state-dir", os.path.join(work, "state-turns%d" % turns.n)],
+                                 env=ekv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 text=True)
+            out = []
+            try:
+                port = None
+                for line in d.stderr:
+                    m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+                    if m:
+                        port = int(m.group(1))
+                        break
+                for _ in range(600):
+                    try:
+                        urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=5)
+                        break
+                    except urllib.error.HTTPError:
+                        time.sleep(0.1)
+                msgs = [{"role": "user", "content": "Tell me about the sea and the sky, "
+                         "in a long and winding sentence with many words in it."}]
+                for t in range(2):
+                    body = json.dumps({"model": "tiny", "max_tokens": 8, "temperature": 0,
+                                       "messages": msgs}).encode()
+                    req = urllib.request.Request(
+                        "http://127.0.0.1:%d/v1/chat/completions" % port, body,
+                        {"content-type": "application/json"})
+                    j = json.load(urllib.request.urlopen(req, timeout=120))
+                    c = j["choices"][0]["message"]["content"]
+                    out.append((c, j["usage"]["prompt_tokens_details"]["cached_tokens"]))
+                    msgs += [{"role": "assistant", "content": c},
+                             {"role": "user", "content": "and then?"}]
+                mt = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port,
+                                            timeout=10).read().decode()
+                turns.split = {k: float(v) for k, v in re.findall(
+                    r'minicpmd_prefill_seconds_total\{ran_on="(\w+)"\} ([0-9.]+)', mt)}
+                return out
+            finally:
+                d.terminate()
+                turns.log = d.communicate(timeout=30)[1]
+        ref = turns("npu")
+        ran += 1
+        ok = turns.split.get("device", 0) > 0 and turns.split.get("host_cpu") == 0
+        print(("ok     " if ok else "FAILED ") + "/metrics: npu prefill time on the device")
+        print("       %r" % turns.split)
+        if not ok:
+            failures.append("npu prefill metrics")
+        for title, prefill, fault in (
+                ("--npu-prefill cpu: two turns as with npu prefill", "cpu", None),
+                ("--npu-prefill cpu, hang in the first NPU decode step", "cpu", "hang@0"),
+                ("--npu-prefill cpu, hang in a later decode step", "cpu", "hang@16"),
+                ("--npu-prefill auto logs its choice", "auto", None)):
+            ran += 1
+            got = turns(prefill, {"XRT_MODEL_FAULT": fault} if fault else None)
+            same = [g[0] for g in got] == [r[0] for r in ref]
+            cached = got[1][1] > 0 and ref[1][1] > 0
+            hit = not fault or ("ERT_CMD_STATE_" in turns.log and "replaying" in turns.log)
+            why = re.findall(r"--npu-prefill auto: [^\n]*", turns.log)
+            split = turns.split.get("host_cpu", 0) > 0 and (fault or prefill == "auto" or
+                                                             turns.split.get("device") == 0)
+            ok = same and cached and hit and split and (prefill != "auto" or why)
+            print(("ok     " if ok else "FAILED ") + title)
+            seen = re.findall(r"[^\n]*ERT_CMD_STATE_[^\n]*", turns.log) if fault else []
+            print("       %r vs npu prefill %r; prefill seconds %r; fault seen and replayed: "
+                  "%s%s%s" % (got, ref, turns.split, hit, ("; " + why[0]) if why else "",
+                   ("; " + seen[0][:240]) if seen else ""))
+            if not ok:
+                failures.append(title)
     else:
         case("--device xrt with a good kernel set and no NPU",
              ["--device", "xrt", "--check", "--ctx-size", "1024", "--npu-kernels", good], 2,

@@ -34,6 +34,9 @@
 #include "engine/device/xrt/kset.h"
 #include "engine/device/xrt/npu-layout.h"
 #include "engine/device/xrt/xrt-impl.h"
+#include "engine/device/xrt/xrt-prefill.h"
+#include "engine/model/model-impl.h"   /* ENG_MAX_BATCH */
+#include "util/clock.h"
 #include "util/fs.h"
 #ifdef MINICPMD_XRT_MODEL
 #include "model.h"
@@ -69,6 +72,9 @@ struct xrt_dev {
     bool to_single;              /* AUTO: a one-layer runlist failed; single runs from reset */
     bool changed;                /* the last reset switched to single runs */
     int seq_len;
+    struct eng_device_opts opts; /* threads and activations of the CPU prefill */
+    xpf *pf;                     /* the CPU prefill (--npu-prefill cpu|auto), or NULL */
+    uint16_t *kv_scratch;        /* one row's K and V of the source's heads */
     enum eng_ert_state last_failure;
     char desc[320];
 };
@@ -103,8 +109,8 @@ static int x_default_k(void *ctx)
 
 static int x_max_batch(void *ctx)
 {
-    (void)ctx;
-    return 1;
+    struct xrt_dev *x = ctx;
+    return x->pf ? ENG_MAX_BATCH : 1;   /* the CPU prefills in batches */
 }
 
 /* ---- loading -------------------------------------------------------------------- */
@@ -279,6 +285,70 @@ static void describe(struct xrt_dev *x)
              x->cfg.timeout_ms);
 }
 
+static void x_run_runlist(void *ctx, eng_device_seq *seq, const struct eng_runlist *rl,
+                          const struct eng_batch *b, struct eng_run_result *out);
+
+/* The CPU side of --npu-prefill cpu|auto, and for auto the NPU's time per token:
+ * the faster of two single-token runs through every layer and the tail. */
+static int open_prefill(struct xrt_dev *x, const eng_pack *pack, char *err, size_t errlen)
+{
+    int rc = xpf_open(pack, &x->opts, x->cfg.prefill, x->capacity, &x->pf, err, errlen);
+    if (rc)
+        return rc;
+    x->kv_scratch = malloc((size_t)x->ks.n_kv_heads * (size_t)x->ks.head_dim * 4);
+    if (!x->kv_scratch)
+        return eng__fail(err, errlen, -ENOMEM, "xrt device: out of memory");
+    if (x->cfg.prefill == ENG_XRT_PREFILL_AUTO) {
+        struct eng_cmd *cmds = malloc((size_t)(x->n_layers + 2) * sizeof *cmds);
+        float *lg = malloc((size_t)x->n_vocab * sizeof *lg);
+        if (!cmds || !lg) {
+            free(cmds);
+            free(lg);
+            return eng__fail(err, errlen, -ENOMEM, "xrt device: out of memory");
+        }
+        cmds[0] = (struct eng_cmd){ENG_CMD_EMBED, -1};
+        for (int l = 0; l < x->n_layers; l++)
+            cmds[1 + l] = (struct eng_cmd){ENG_CMD_LAYER, l};
+        cmds[x->n_layers + 1] = (struct eng_cmd){ENG_CMD_HEAD, -1};
+        struct eng_runlist rl = {.cmds = cmds, .n_cmds = x->n_layers + 2, .layer_begin = 0,
+                                 .layer_end = x->n_layers, .has_embed = true,
+                                 .has_head = true};
+        int32_t tok = 1;
+        struct eng_batch b = {.tokens = &tok, .n_tokens = 1, .logits = lg,
+                              .phase = ENG_PHASE_DECODE};
+        struct eng_run_result res = {0};
+        double best = 0;
+        for (int i = 0; i < 2 && !rc; i++) {
+            int64_t t0 = ut_now_us();
+            x_run_runlist(x, NULL, &rl, &b, &res);
+            double ms = (double)(ut_now_us() - t0) / 1000.0;
+            best = i == 0 || ms < best ? ms : best;
+            x->seq_len = 0;
+            if (res.state != ENG_ERT_COMPLETED)
+                rc = eng__fail(err, errlen, -EIO, "xrt device: timing a token: %s",
+                               res.message);
+        }
+        free(cmds);
+        free(lg);
+        if (rc)
+            return rc;
+        xpf_rates(x->pf)->npu_ms_per_token = best;
+    }
+    if (x->opts.log) {
+        char line[300];
+        const struct xpf_rates *r = xpf_rates(x->pf);
+        int n = snprintf(line, sizeof line, "xrt: prefill on the CPU (--npu-prefill %s): the "
+                         "pack also mapped for the CPU, +%lld MB resident at load",
+                         x->cfg.prefill == ENG_XRT_PREFILL_AUTO ? "auto" : "cpu",
+                         xpf_rss_added(x->pf) >> 20);
+        if (x->cfg.prefill == ENG_XRT_PREFILL_AUTO && n > 0 && (size_t)n < sizeof line)
+            snprintf(line + n, sizeof line - (size_t)n, "; NPU %.1f ms/token, CPU %.1f ms + "
+                     "%.2f ms/token", r->npu_ms_per_token, r->cpu_ms_fixed, r->cpu_ms_per_token);
+        x->opts.log(x->opts.log_ctx, ENG_LOG_INFO, line);
+    }
+    return 0;
+}
+
 static int x_load_model(void *ctx, const eng_pack *pack, char *err, size_t errlen)
 {
     struct xrt_dev *x = ctx;
@@ -341,6 +411,8 @@ static int x_load_model(void *ctx, const eng_pack *pack, char *err, size_t errle
         if ((rc = make_run(x, &x->ks.tail[i], -1, &x->tail_run[i], err, errlen)))
             return rc;
     x->loaded = true;
+    if (x->cfg.prefill != ENG_XRT_PREFILL_NPU && (rc = open_prefill(x, pack, err, errlen)))
+        return rc;
     describe(x);
     return 0;
 }
@@ -365,6 +437,7 @@ static int x_seq_begin(void *ctx, int n_ctx, eng_device_seq **out, char *err, si
     s->n_ctx = n_ctx;
     x->seq_open = true;
     x->seq_len = 0;
+    xpf_truncate(x->pf, 0);
     *out = s;
     return 0;
 }
@@ -383,6 +456,73 @@ static void x_seq_truncate(void *ctx, eng_device_seq *s, int n)
     (void)s;
     if (n < x->seq_len)
         x->seq_len = n;
+    xpf_truncate(x->pf, x->seq_len);
+}
+
+/* Rows [pos, pos + n) of every layer's state BO from src: row p is [K_p | V_p], bf16,
+ * the kernel's KV heads (src's repeated in turn), synced once per layer. */
+static int x_seq_write_kv(void *ctx, eng_device_seq *s, const struct eng_kv_src *src, int pos,
+                          int n, char *err, size_t errlen)
+{
+    struct xrt_dev *x = ctx;
+    (void)s;
+    int nk = x->ks.n_kv_heads, hd = x->ks.head_dim, rc;
+    if (pos > x->seq_len || pos + n > x->capacity || src->head_dim != hd || src->n_kv < 1 ||
+        nk % src->n_kv || (uint64_t)nk * (uint64_t)hd * 4 > x->ks.kv_row)
+        return eng__fail(err, errlen, -EINVAL, "xrt device: KV rows %d..%d of %d heads do not "
+                         "fit a sequence of %d (%d KV rows of %d heads)", pos, pos + n,
+                         src->n_kv, x->seq_len, x->capacity, nk);
+    if (x->needs_reset)
+        return eng__fail(err, errlen, -EIO, "xrt device: needs reset");
+    size_t w = (size_t)src->n_kv * (size_t)hd;
+    uint16_t *k = x->kv_scratch, *v = x->kv_scratch + w;
+    int r = nk / src->n_kv;
+    x->seq_len = pos;
+    for (int l = 0; l < x->n_layers; l++) {
+        int bo = x->layer_bo[l * LB_N + LB_STATE];
+        uint8_t *base = xrtb_bo_map(x->b, bo);
+        for (int p = pos; p < pos + n; p++) {
+            if ((rc = src->row(src->arg, l, p, k, v)))
+                return eng__fail(err, errlen, rc, "xrt device: no KV row %d of layer %d", p, l);
+            uint16_t *row = (uint16_t *)(base + (size_t)p * x->ks.kv_row);
+            for (int j = 0; j < nk; j++) {
+                memcpy(row + (size_t)j * hd, k + (size_t)(j / r) * hd, (size_t)hd * 2);
+                memcpy(row + (size_t)(nk + j) * hd, v + (size_t)(j / r) * hd, (size_t)hd * 2);
+            }
+        }
+        if (n > 0 && (rc = xrtb_bo_sync(x->b, bo, true, (size_t)n * x->ks.kv_row,
+                                        (size_t)pos * x->ks.kv_row, err, errlen)))
+            return rc;
+    }
+    x->seq_len = pos + n;
+    return 0;
+}
+
+/* The rows [from, x->seq_len) of every state BO back from the device, one sync per
+ * layer, before the CPU catches up on positions the NPU decoded (npu_row). */
+static int sync_back(struct xrt_dev *x, int from, char *err, size_t errlen)
+{
+    for (int l = 0; l < x->n_layers && from < x->seq_len; l++) {
+        int rc = xrtb_bo_sync(x->b, x->layer_bo[l * LB_N + LB_STATE], false,
+                              (size_t)(x->seq_len - from) * x->ks.kv_row,
+                              (size_t)from * x->ks.kv_row, err, errlen);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* One row of a state BO, synced back by sync_back. */
+static int npu_row(const void *arg, int l, int pos, uint16_t *k, uint16_t *v)
+{
+    const struct xrt_dev *x = arg;
+    int nk = x->ks.n_kv_heads, hd = x->ks.head_dim;
+    int bo = x->layer_bo[l * LB_N + LB_STATE];
+    const uint16_t *row =
+        (const uint16_t *)((const uint8_t *)xrtb_bo_map(x->b, bo) + (size_t)pos * x->ks.kv_row);
+    memcpy(k, row, (size_t)nk * hd * 2);
+    memcpy(v, row + (size_t)nk * hd, (size_t)nk * hd * 2);
+    return 0;
 }
 
 /* ---- running -------------------------------------------------------------------- */
@@ -445,6 +585,17 @@ static void x_run_runlist(void *ctx, eng_device_seq *seq, const struct eng_runli
         snprintf(m, sizeof m, "device needs reset (a runlist ended in %s)",
                  eng_ert_name(x->last_failure));
         fail(x, out, ENG_ERT_ERROR, 0, m);
+        return;
+    }
+    if (x->pf && xpf_takes(x->pf, x->cfg.prefill, b, x->opts.log, x->opts.log_ctx)) {
+        struct eng_kv_src rows = {.n_kv = x->ks.n_kv_heads, .head_dim = x->ks.head_dim,
+                                  .row = npu_row, .arg = x};
+        if (rl->has_embed && xpf_len(x->pf) < x->seq_len &&
+            sync_back(x, xpf_len(x->pf), e2, sizeof e2)) {
+            fail(x, out, ENG_ERT_ERROR, 0, e2);
+            return;
+        }
+        xpf_run(x->pf, &x->dev, seq, x->seq_len, &rows, rl, b, out);
         return;
     }
     if (b->n_tokens != 1 || b->n_logits > 1) {
@@ -520,6 +671,7 @@ static int x_reset(void *ctx, char *err, size_t errlen)
         return eng__fail(err, errlen, rc, "xrt device: reset failed: %s", e2);
     x->needs_reset = false;
     x->seq_len = 0;     /* the device-side KV is lost */
+    xpf_truncate(x->pf, 0);
     if (x->to_single && !x->single) {
         x->single = true;
         x->changed = true;
@@ -540,6 +692,8 @@ static bool x_reset_changed_mode(void *ctx)
 static void x_close(void *ctx)
 {
     struct xrt_dev *x = ctx;
+    xpf_free(x->pf);
+    free(x->kv_scratch);
     xrtb_close(x->b);
     eng_st_free(x->st);
     eng_kset_free(&x->ks);
@@ -563,6 +717,7 @@ static const struct eng_device_i xrt_iface = {
     .seq_begin = x_seq_begin,
     .seq_end = x_seq_end,
     .seq_truncate = x_seq_truncate,
+    .seq_write_kv = x_seq_write_kv,
     .run_runlist = x_run_runlist,
     .reset = x_reset,
     .reset_changed_mode = x_reset_changed_mode,
@@ -572,7 +727,6 @@ static const struct eng_device_i xrt_iface = {
 int eng__device_xrt_open(const struct eng_device_opts *o, struct eng_device **out, char *err,
                          size_t errlen)
 {
-    (void)o;
     const struct eng_xrt_config *c = eng__xrt_config();
 #ifdef MINICPMD_XRT_MODEL
     /* XRT_MODEL_FAULT (tests of the whole daemon on the model):
@@ -610,6 +764,10 @@ int eng__device_xrt_open(const struct eng_device_opts *o, struct eng_device **ou
         return eng__fail(err, errlen, -ENOMEM, "xrt device: out of memory");
     x->dev = (struct eng_device){.iface = &xrt_iface, .context = x};
     x->cfg = *c;
+    if (o) {
+        x->opts = *o;
+        x->opts.faults = NULL;
+    }
     x->cfg.kernels_dir = c->kernels_dir ? strdup(c->kernels_dir) : NULL;
     x->cfg.accel_node = strdup(c->accel_node);
     if ((c->kernels_dir && !x->cfg.kernels_dir) || !x->cfg.accel_node) {
