@@ -39,19 +39,6 @@
 #define KC_MAX_CAND ((int)(sizeof ((struct eng_model_info *)0)->decode_rates / \
                            sizeof ((struct eng_model_info *)0)->decode_rates[0]))
 
-static void say(const eng_model *m, enum eng_log_level lv, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void say(const eng_model *m, enum eng_log_level lv, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (m->opts.log)
-        m->opts.log(m->opts.log_ctx, lv, msg);
-}
-
 /* ---- timing ------------------------------------------------------------------ */
 
 #define KC_MAX_THREADS 256 /* threads past this are not timed (their share still runs) */
@@ -206,13 +193,13 @@ static json_t *kc_read(const eng_model *m, const char *path)
         json_t *v = json_object_get(j, "version");
         if (!json_is_object(j) || !json_is_integer(v) || json_integer_value(v) != KC_VERSION ||
             !json_is_array(json_object_get(j, "entries"))) {
-            say(m, ENG_LOG_WARN, "%s: not a kernel choice file of version %d: measuring again",
+            eng__model_say(m, ENG_LOG_WARN, "%s: not a kernel choice file of version %d: measuring again",
                 path, KC_VERSION);
             json_decref(j);
             j = NULL;
         }
     } else if (rc != -ENOENT) {
-        say(m, ENG_LOG_WARN, "%s: %s: measuring again", path,
+        eng__model_say(m, ENG_LOG_WARN, "%s: %s: measuring again", path,
             rc == -EFBIG ? "larger than 64 KiB" : why);
     }
     if (!j)
@@ -269,14 +256,14 @@ static void kc_save(const eng_model *m, json_t *root, const char *path, const ch
     if (!kept)
         json_decref(e);
     if (!kept || json_array_append_new(kept, e) || json_object_set_new(root, "entries", kept)) {
-        say(m, ENG_LOG_WARN, "%s: cannot remember the decode kernel: out of memory", path);
+        eng__model_say(m, ENG_LOG_WARN, "%s: cannot remember the decode kernel: out of memory", path);
         return;
     }
     char *text = json_dumps(root, JSON_INDENT(1));
     char err[256] = "";
     mkdir(m->opts.state_dir, 0755); /* its first use; an error shows in the write's */
     if (!text || ut_write_atomic(path, text, strlen(text), 0644, err, sizeof err) != 0)
-        say(m, ENG_LOG_WARN, "%s: cannot remember the decode kernel: %s", path,
+        eng__model_say(m, ENG_LOG_WARN, "%s: cannot remember the decode kernel: %s", path,
             text ? err : "out of memory");
     free(text);
 }
@@ -298,10 +285,10 @@ static void kc_log(const eng_model *m, const char *how, int rounds, double ms)
         o += (size_t)snprintf(line + o, sizeof line - o, "%s%s %.1f GB/s", c ? ", " : "",
                               m->info.decode_rates[c].name, m->info.decode_rates[c].gb_s);
     if (rounds)
-        say(m, ENG_LOG_INFO, "decode kernel: %s, %s on this model's matrices (%s; %d rounds, "
+        eng__model_say(m, ENG_LOG_INFO, "decode kernel: %s, %s on this model's matrices (%s; %d rounds, "
                              "%.0f ms)", m->info.decode_kernel, how, line, rounds, ms);
     else
-        say(m, ENG_LOG_INFO, "decode kernel: %s, %s (%s)", m->info.decode_kernel, how, line);
+        eng__model_say(m, ENG_LOG_INFO, "decode kernel: %s, %s (%s)", m->info.decode_kernel, how, line);
 }
 
 void eng__model_choose_kernel(eng_model *m)
@@ -349,7 +336,7 @@ void eng__model_choose_kernel(eng_model *m)
     int rounds = 0;
     double ms = 0;
     if (kc_measure(m, names, n, rates, &rounds, &ms) != 0) {
-        say(m, ENG_LOG_WARN, "decode kernel: out of memory for the timing: keeping %s",
+        eng__model_say(m, ENG_LOG_WARN, "decode kernel: out of memory for the timing: keeping %s",
             m->info.decode_kernel);
         m->info.decode_choice = "only one";
         json_decref(root);

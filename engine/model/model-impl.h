@@ -56,6 +56,9 @@ struct eng_model {
 };
 
 /* kchoice.c: the decode kernel by measurement (info.decode_*). */
+/* One line to the model's log callback (none: nothing), at level lv. */
+void eng__model_say(const eng_model *m, enum eng_log_level lv, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 void eng__model_choose_kernel(eng_model *m);
 
 /* place.c: copy the weights per opts.weights (falls back to the mapping with a

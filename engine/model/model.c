@@ -45,8 +45,7 @@ static size_t mat_bytes(const struct eng_mat *m)
     return (size_t)m->rows * (size_t)m->cols * 2;
 }
 
-static void warnf(const eng_model *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void warnf(const eng_model *m, const char *fmt, ...)
+void eng__model_say(const eng_model *m, enum eng_log_level lv, const char *fmt, ...)
 {
     if (!m->opts.log)
         return;
@@ -55,7 +54,7 @@ static void warnf(const eng_model *m, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    m->opts.log(m->opts.log_ctx, ENG_LOG_WARN, msg);
+    m->opts.log(m->opts.log_ctx, lv, msg);
 }
 
 /* ---- the weight files ------------------------------------------------------- */
@@ -234,7 +233,7 @@ static int bind_qk_norm(eng_model *m, char *err, size_t errlen)
     }
     int use = present && m->opts.qk_norm != ENG_QK_NORM_OFF;
     if (present && ones && m->opts.qk_norm == ENG_QK_NORM_AUTO) {
-        warnf(m, "%s: q_norm/k_norm are all ones in every layer: the synthetic shim of a "
+        eng__model_say(m, ENG_LOG_WARN, "%s: q_norm/k_norm are all ones in every layer: the synthetic shim of a "
                  "relabelled pack, not part of the model; ignored (set qk-norm=on to apply them)",
               eng_st_path(m->st[0]));
         use = 0;
@@ -337,7 +336,7 @@ static int bind_all(eng_model *m, char *err, size_t errlen)
     m->info.kv_replication = r;
     m->info.n_kv_real = hp->n_kv_heads / r;
     if (r > 1)
-        warnf(m, "KV heads replicated %dx in the pack: computing and caching %d distinct heads",
+        eng__model_say(m, ENG_LOG_WARN, "KV heads replicated %dx in the pack: computing and caching %d distinct heads",
               r, m->info.n_kv_real);
     for (int l = 0; l < hp->n_layers; l++)
         for (int u = 0; u < m->info.n_kv_real; u++) {

@@ -52,19 +52,6 @@ struct copy_job {
     size_t from, to;       /* the part of the region this round copies */
 };
 
-static void say(const eng_model *m, enum eng_log_level lv, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void say(const eng_model *m, enum eng_log_level lv, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (m->opts.log)
-        m->opts.log(m->opts.log_ctx, lv, msg);
-}
-
 /* "Key:   123 kB" of /proc/meminfo, in bytes; -1 when absent. */
 static int64_t meminfo_bytes(const char *key)
 {
@@ -303,7 +290,7 @@ int eng__model_place_weights(eng_model *m)
     if (n == 0 || len == 0)
         return 0;
     if (avail >= 0 && (int64_t)len + margin > avail) {
-        say(m, ENG_LOG_WARN,
+        eng__model_say(m, ENG_LOG_WARN,
             "--weights %s: copying %.0f MiB of weights needs MemAvailable of %.0f MiB (the copy "
             "and a %d MiB margin), there is %.0f MiB: serving them from the file mapping",
             flag, len / 1048576.0, (double)(len + (size_t)margin) / 1048576.0,
@@ -314,22 +301,22 @@ int eng__model_place_weights(eng_model *m)
     bool hugetlb;
     if (want == ENG_WEIGHTS_PLACE_AUTO && !thp &&
         meminfo_bytes("HugePages_Free") * (int64_t)HUGE_2M < (int64_t)len) {
-        say(m, ENG_LOG_INFO, "--weights auto: no huge pages (transparent huge pages are "
+        eng__model_say(m, ENG_LOG_INFO, "--weights auto: no huge pages (transparent huge pages are "
                              "off, none reserved): the weights stay in the file mapping");
         return 0;
     }
     uint8_t *base = alloc_region(len, &hugetlb);
     if (!base) {
-        say(m, ENG_LOG_WARN, "--weights %s: cannot allocate %.0f MiB for the weights (%s): "
+        eng__model_say(m, ENG_LOG_WARN, "--weights %s: cannot allocate %.0f MiB for the weights (%s): "
                              "serving them from the file mapping",
             flag, len / 1048576.0, strerror(errno));
         return 0;
     }
     if (!hugetlb && !thp)
-        say(m, ENG_LOG_WARN, "--weights copy: transparent huge pages are off and no huge pages "
+        eng__model_say(m, ENG_LOG_WARN, "--weights copy: transparent huge pages are off and no huge pages "
                              "are reserved: the copy gets 4 KB pages");
     int nth = eng_pool_size(m->pool);
-    say(m, ENG_LOG_INFO, "weights: copying %.0f MiB into %s (%d threads); the embedding "
+    eng__model_say(m, ENG_LOG_INFO, "weights: copying %.0f MiB into %s (%d threads); the embedding "
                          "stays mapped",
         total / 1048576.0, hugetlb ? "reserved 2 MB huge pages" : "2 MB-aligned memory (THP)",
         nth);
@@ -350,7 +337,7 @@ int eng__model_place_weights(eng_model *m)
         eng_pool_run(m->pool, copy_part, &j);
         release_source(segs, n, j.from, j.to);
         if (quarter < 4 && j.to >= total / 4 * (size_t)quarter && total >= ((size_t)256 << 20)) {
-            say(m, ENG_LOG_INFO, "weights: %.0f of %.0f MiB copied", j.to / 1048576.0,
+            eng__model_say(m, ENG_LOG_INFO, "weights: %.0f of %.0f MiB copied", j.to / 1048576.0,
                 total / 1048576.0);
             while (quarter < 4 && j.to >= total / 4 * (size_t)quarter)
                 quarter++;
@@ -368,9 +355,9 @@ int eng__model_place_weights(eng_model *m)
     m->info.weights_bytes = (int64_t)total;
     m->info.weights_huge_bytes = hugetlb ? (int64_t)len : anon_huge_bytes(base);
     double secs = (double)(ut_now_ns() - t0) / 1e9;
-    say(m, ENG_LOG_INFO, "weights: %.0f MiB copied in %.2f s (%.1f GB/s)", total / 1048576.0,
+    eng__model_say(m, ENG_LOG_INFO, "weights: %.0f MiB copied in %.2f s (%.1f GB/s)", total / 1048576.0,
         secs, secs > 0 ? total / secs / 1e9 : 0.0);
-    say(m, ENG_LOG_DEBUG, "weights: %s %.0f of %.0f MiB in huge pages",
+    eng__model_say(m, ENG_LOG_DEBUG, "weights: %s %.0f of %.0f MiB in huge pages",
         hugetlb ? "hugetlb" : "AnonHugePages", m->info.weights_huge_bytes / 1048576.0,
         len / 1048576.0);
     return 0;
