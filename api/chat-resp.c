@@ -186,7 +186,7 @@ static json_t *usage_json(const struct api_usage *u)
 json_t *api_timings_json(const struct api_timings *t)
 {
     double pn = t->prompt_n, gn = t->predicted_n;
-    return json_pack("{s:i, s:i, s:o, s:o, s:o, s:i, s:o, s:o, s:o}", "cache_n", (int)t->cache_n,
+    json_t *o = json_pack("{s:i, s:i, s:o, s:o, s:o, s:i, s:o, s:o, s:o}", "cache_n", (int)t->cache_n,
                      "prompt_n", (int)t->prompt_n, "prompt_ms", real(t->prompt_ms),
                      "prompt_per_token_ms", real(pn > 0 ? t->prompt_ms / pn : 0),
                      "prompt_per_second", real(t->prompt_ms > 0 ? 1e3 * pn / t->prompt_ms : 0),
@@ -194,6 +194,13 @@ json_t *api_timings_json(const struct api_timings *t)
                      "predicted_per_token_ms", real(gn > 0 ? t->predicted_ms / gn : 0),
                      "predicted_per_second",
                      real(t->predicted_ms > 0 ? 1e3 * gn / t->predicted_ms : 0));
+    if (o && t->prompt_host_ms > 0 &&
+        (json_object_set_new(o, "prompt_device_ms", real(t->prompt_device_ms)) ||
+         json_object_set_new(o, "prompt_host_cpu_ms", real(t->prompt_host_ms)))) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 /* ---- chat.completion ------------------------------------------------------------- */

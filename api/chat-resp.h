@@ -101,6 +101,9 @@ struct api_timings {
     double prompt_ms;
     int32_t predicted_n;        /* tokens generated */
     double predicted_ms;
+    /* where the prompt ran (xrt's --npu-prefill): the runlists' own time on the
+     * device and on the host CPU; both 0 = not split (the keys are left out) */
+    double prompt_device_ms, prompt_host_ms;
 };
 json_t *api_timings_json(const struct api_timings *t);
 

@@ -441,7 +441,8 @@ void api_chat_run_done(api_chat_run *c, const struct eng_done_event *d, const ch
         c->fmt.stopped(c->fmt.ctx, d->stop_index);
     const struct eng_gen_timings *tm = &d->timings;
     struct api_timings at = {d->cached_tokens, d->prompt_tokens - d->cached_tokens,
-                             tm->prompt_ms, d->completion_tokens, tm->decode_ms};
+                             tm->prompt_ms, d->completion_tokens, tm->decode_ms,
+                             tm->prompt_device_ms, tm->prompt_host_ms};
     struct api_usage u = {d->prompt_tokens, d->completion_tokens, c->reasoning_tokens,
                           d->cached_tokens};
     if (c->req->stream)

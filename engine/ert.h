@@ -88,7 +88,8 @@ struct eng_device_error {
     int prefill_chunk_index;    /* prefill: which prompt chunk, 0-based; -1 in decode */
     int prefill_chunk_count;    /* prefill: prompt chunks in all; 0 in decode */
     double elapsed_ms;          /* from submitting the failing runlist to its final state */
-    char device[64];            /* the device's name, e.g. "sim" or "xrt:0000:c6:00.1" */
+    char device[64];            /* the device's name, e.g. "sim" or "xrt:0000:c6:00.1";
+                                   "xrt (host cpu)" when xrt's prompt on the CPU failed */
     int attempts;               /* tries of the request, the failing one included (>= 1) */
 };
 

@@ -165,6 +165,8 @@ struct eng_gen_timings {
     int runlists;               /* runlists submitted, replays included */
     int runlists_by_state[ENG_ERT_LAST + 1]; /* of those, by final ERT state */
     double device_ms;           /* summed run time of those runlists */
+    double prompt_device_ms;    /* of the prompt's: on the device */
+    double prompt_host_ms;      /* on the host CPU (xrt's --npu-prefill cpu|auto) */
     double max_runlist_ms;      /* the slowest of them */
     int attempts;               /* 1 + replays after device faults */
     int k;                      /* layers per runlist of the last attempt */

@@ -30,6 +30,9 @@ struct eng_xrt_config {
     bool no_runlist;            /* run one at a time (tests; XRT without runlist) */
     int submit;                 /* enum eng_xrt_submit */
     int prefill;                /* enum eng_xrt_prefill */
+    int slots;                  /* KV slots (--parallel): each one set of state BOs per
+                                   layer; fewer when half the available memory does not
+                                   hold them; 0: 1 */
 };
 
 /* How layer runs are submitted. AUTO: runlists of the planner's K; when a runlist

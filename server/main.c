@@ -164,7 +164,8 @@ int main(int argc, char **argv)
                                                              : ENG_XRT_SUBMIT_AUTO,
         .prefill = cfg.npu_prefill == CFG_NPU_PREFILL_CPU    ? ENG_XRT_PREFILL_CPU
                    : cfg.npu_prefill == CFG_NPU_PREFILL_AUTO ? ENG_XRT_PREFILL_AUTO
-                                                             : ENG_XRT_PREFILL_NPU});
+                                                             : ENG_XRT_PREFILL_NPU,
+        .slots = cfg.parallel});
     if (cfg.npu_probe) {
         rc = eng_xrt_probe_main(loc.source != CFG_MODEL_NONE ? loc.path : NULL, cfg.state_dir,
                                 stdout, stderr);

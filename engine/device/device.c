@@ -193,6 +193,38 @@ int eng_device_seq_write_kv(struct eng_device *d, eng_device_seq *seq,
     return d->iface->seq_write_kv(d->context, seq, src, pos, n, err, errlen);
 }
 
+bool eng_device_can_prefill_async(const struct eng_device *d)
+{
+    assert(d);
+    return d->iface->prefill_start && d->iface->prefill_finish;
+}
+
+int eng_device_prefill_start(struct eng_device *d, eng_device_seq *seq,
+                             const struct eng_batch *b)
+{
+    assert(d && seq && b && b->n_tokens >= 1 && b->tokens);
+    return eng_device_can_prefill_async(d) ? d->iface->prefill_start(d->context, seq, b) : 0;
+}
+
+int eng_device_prefill_finish(struct eng_device *d, eng_device_seq *seq, bool wait,
+                              struct eng_run_result *out)
+{
+    assert(d && seq && out && eng_device_can_prefill_async(d));
+    *out = (struct eng_run_result){.state = ENG_ERT_COMPLETED, .failed_cmd = -1,
+                                   .failed_layer = -1};
+    if (!d->iface->prefill_finish(d->context, seq, wait, out))
+        return -EAGAIN;
+    if (eng_ert_is_success(out->state)) {
+        out->failed_cmd = out->failed_layer = -1;
+        out->message[0] = '\0';
+        return 0;
+    }
+    if (!out->message[0])
+        snprintf(out->message, sizeof out->message, "prefill ended in %s",
+                 eng_ert_name(out->state));
+    return -EIO;
+}
+
 bool eng_device_can_batch(const struct eng_device *d)
 {
     assert(d);

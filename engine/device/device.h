@@ -109,6 +109,7 @@ struct eng_kv_src {
      * folded in) with layer l's row of position pos. 0 or negative. */
     int (*row)(const void *arg, int layer, int pos, uint16_t *k, uint16_t *v);
     const void *arg;
+    const int32_t *ids;         /* (optional) the token of each position, or NULL */
 };
 
 /* What eng_device_open gives a backend. Zero ({0}) is a sane default for each. */
@@ -171,6 +172,19 @@ struct eng_device_i {
      * another device joins this one's cache, and decoding continues from it. */
     int (*seq_write_kv)(void *ctx, eng_device_seq *seq, const struct eng_kv_src *src, int pos,
                         int n, char *err, size_t errlen);
+    /* (optional) A whole prefill batch (every runlist of a plan) computed off the
+     * calling thread while the caller runs other sequences' runlists: xrt's prompt
+     * on the CPU beside NPU decode. b->logits must stay valid, and the sequence untouched, until
+     * prefill_finish. Returns 1 when the batch started; 0 when it is to run through
+     * run_runlist as usual (the device would not run it on the host); -EBUSY while
+     * the host computes another sequence's batch (try again later). */
+    int (*prefill_start)(void *ctx, eng_device_seq *seq, const struct eng_batch *b);
+    /* (optional) Finish seq's started batch: with `wait` wait for it, else return
+     * false while it still runs; then hand its KV over on the calling thread and
+     * fill *out as run_runlist does (the batch's positions join the sequence when
+     * it COMPLETED). */
+    bool (*prefill_finish)(void *ctx, eng_device_seq *seq, bool wait,
+                           struct eng_run_result *out);
     /* Bring the device back after a failed runlist. (optional: nothing to do) */
     int (*reset)(void *ctx, char *err, size_t errlen);
     /* (optional) True once after a reset that changed how the device runs layers
@@ -230,6 +244,15 @@ int eng_device_seq_copy(struct eng_device *d, eng_device_seq *dst, eng_device_se
 int eng_device_seq_write_kv(struct eng_device *d, eng_device_seq *seq,
                             const struct eng_kv_src *src, int pos, int n, char *err,
                             size_t errlen);
+
+/* Background prefill (prefill_start/prefill_finish): eng_device_prefill_start
+ * returns 0 from a device without it. eng_device_prefill_finish returns -EAGAIN while the batch still runs (not
+ * waiting), else as eng_device_run_runlist. */
+bool eng_device_can_prefill_async(const struct eng_device *d);
+int eng_device_prefill_start(struct eng_device *d, eng_device_seq *seq,
+                             const struct eng_batch *b);
+int eng_device_prefill_finish(struct eng_device *d, eng_device_seq *seq, bool wait,
+                              struct eng_run_result *out);
 
 /* Can the device run several sequences' batches as one (run_runlist_multi)? */
 bool eng_device_can_batch(const struct eng_device *d);

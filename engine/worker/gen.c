@@ -56,7 +56,9 @@ void eng__gen_fault(struct gen *g, const struct eng_runlist *rl, const struct en
         e->prefill_chunk_count = pc->count;
     }
     e->elapsed_ms = (double)res->elapsed_us / 1e3;
-    eng_device_error_set_device(e, w->device_name);
+    char dev[sizeof w->device_name + 16];
+    snprintf(dev, sizeof dev, "%s%s", w->device_name, res->on_host ? " (host cpu)" : "");
+    eng_device_error_set_device(e, dev);   /* xrt's prompt on the CPU failed there */
     e->attempts = g->attempts;
     snprintf(g->dev_message, sizeof g->dev_message, "%s", res->message);
 }

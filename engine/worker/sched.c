@@ -50,25 +50,18 @@
 #include "engine/worker/worker-impl.h"
 #include "util/clock.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* One piece of a step: a sequence's prompt chunk or decode position. */
-struct item {
-    struct gen *g;
-    struct eng_batch b;
-    struct eng_prefill_chunk pc;
-    bool prefill, want;
-    bool score;             /* a scored prompt's chunk: the logits of all its positions */
-    bool failed;
-};
-
 /* The piece g contributes to this step, within *budget prompt tokens (< 0: no
  * limit). Returns false when g waits this step (no budget left for its prompt). */
-static bool plan_item(struct gen *g, int *budget, struct item *it)
+static bool plan_item(struct gen *g, int *budget, struct worker_item *it)
 {
     struct eng_worker *w = g->w;
-    *it = (struct item){.g = g};
+    *it = (struct worker_item){.g = g};
+    if (g->bg_on)
+        return false;   /* its prompt chunk is being computed in the background */
     if (g->follow) {   /* the same prompt as a running sequence: copy its KV */
         struct gen *a = g->follow;
         if (a->n_fed < g->share)
@@ -122,7 +115,7 @@ static bool plan_item(struct gen *g, int *budget, struct item *it)
 }
 
 /* The piece ran: its positions are in the KV cache. */
-static void item_done(struct item *it)
+static void item_done(struct worker_item *it)
 {
     struct gen *g = it->g;
     g->n_fed += it->b.n_tokens;
@@ -137,10 +130,71 @@ static void item_done(struct item *it)
     }
 }
 
+/* A prompt chunk of g to the background while the others run: 1 started, -EBUSY
+ * (the host computes another; it waits a step), 0 (run it as usual). */
+static int start_bg(struct eng_worker *w, struct worker_item *it)
+{
+    struct gen *g = it->g;
+    int rc = eng_device_prefill_start(w->dev, g->slot->seq, &it->b);
+    if (rc != 1)
+        return rc;
+    g->bg_on = true;
+    g->bg = *it;
+    g->bg_t0 = ut_now_us();
+    g->bg_steps = 0;
+    eng__worker_log(w, ENG_LOG_DEBUG, "prefill: prompt tokens %d..%d of a request on the host, "
+                    "beside %d running sequence%s", it->b.token_index,
+                    it->b.token_index + it->b.n_tokens, w->n_active - 1,
+                    w->n_active == 2 ? "" : "s");
+    return 1;
+}
+
+/* g's background chunk: with `wait` wait for it, else false while it runs. Then it
+ * is done (its positions in the KV cache) or failed (g->bg.failed, the device error
+ * filled; a step must then reset). */
+static bool collect_bg(struct eng_worker *w, struct gen *g, bool wait)
+{
+    struct eng_run_result res;
+    int rc = eng_device_prefill_finish(w->dev, g->slot->seq, wait, &res);
+    if (rc == -EAGAIN)
+        return false;
+    g->bg_on = false;
+    eng__gen_count_run(g, &res, true);
+    atomic_fetch_add_explicit(res.on_host ? &w->m.prefill_host_us : &w->m.prefill_device_us,
+                              (uint64_t)res.elapsed_us, memory_order_relaxed);
+    *(res.on_host ? &g->tm.prompt_host_ms : &g->tm.prompt_device_ms) +=
+        (double)res.elapsed_us / 1e3;
+    if (rc == 0) {
+        eng__worker_log(w, ENG_LOG_INFO, "prefill: prompt tokens %d..%d computed on the host "
+                        "in %.0f ms and handed to the device %.0f ms after the start; %d "
+                        "piece%s of the other sequences ran on the device meanwhile", g->bg.b.token_index,
+                        g->bg.b.token_index + g->bg.b.n_tokens, (double)res.elapsed_us / 1e3,
+                        (double)(ut_now_us() - g->bg_t0) / 1e3, g->bg_steps,
+                        g->bg_steps == 1 ? "" : "s");
+        item_done(&g->bg);
+        return true;
+    }
+    eng__gen_fault(g, &w->plan.runlists[0], &res, &g->bg.b, &g->bg.pc);
+    g->bg.failed = true;
+    return true;
+}
+
+/* Wait for every background chunk and drop it (a reset or the sequence's end
+ * makes it moot). */
+static void drop_bg(struct eng_worker *w, struct gen *g)
+{
+    struct eng_run_result res;
+    if (!g->bg_on)
+        return;
+    eng_device_prefill_finish(w->dev, g->slot->seq, true, &res);
+    g->bg_on = false;
+    eng_device_seq_truncate(w->dev, g->slot->seq, g->n_fed);
+}
+
 /* Run the pieces through the plan's runlists: as one batch when the device
  * batches, else one sequence after the other. Marks the failed ones. Returns
  * how many failed. */
-static int run_items(struct eng_worker *w, struct item *it, int n)
+static int run_items(struct eng_worker *w, struct worker_item *it, int n)
 {
     int n_failed = 0;
     if (w->batch && n > 1) {
@@ -174,6 +228,11 @@ static int run_items(struct eng_worker *w, struct item *it, int n)
     for (int i = 0; i < n; i++) {
         struct gen *g = it[i].g;
         int k = 0;
+        if (it[i].prefill && !it[i].score && w->async && w->n_active > 1) {
+            int started = start_bg(w, &it[i]);
+            if (started)   /* in the background, or waiting for the host (-EBUSY) */
+                continue;
+        }
         for (; k < w->plan.n_runlists; k++) {
             const struct eng_runlist *rl = &w->plan.runlists[k];
             if (k > 0) {
@@ -184,10 +243,13 @@ static int run_items(struct eng_worker *w, struct item *it, int n)
             struct eng_run_result res;
             int rc = eng_device_run_runlist(w->dev, g->slot->seq, rl, &it[i].b, &res);
             eng__gen_count_run(g, &res, true);
-            if (it[i].prefill)
+            if (it[i].prefill) {
                 atomic_fetch_add_explicit(res.on_host ? &w->m.prefill_host_us
                                                       : &w->m.prefill_device_us,
                                           (uint64_t)res.elapsed_us, memory_order_relaxed);
+                *(res.on_host ? &g->tm.prompt_host_ms : &g->tm.prompt_device_ms) +=
+                    (double)res.elapsed_us / 1e3;
+            }
             if (rc == 0)
                 continue;
             eng__gen_fault(g, rl, &res, &it[i].b, it[i].prefill ? &it[i].pc : NULL);
@@ -197,8 +259,11 @@ static int run_items(struct eng_worker *w, struct item *it, int n)
         }
         if (it[i].failed)
             break;   /* the device needs a reset before anything else runs */
-        if (k == w->plan.n_runlists)
+        if (k == w->plan.n_runlists) {
             item_done(&it[i]);
+            for (int j = 0; j < w->n_active; j++)   /* it ran beside their host work */
+                w->active[j]->bg_steps += w->active[j]->bg_on && w->active[j] != g;
+        }
         else /* cancelled between runlists: drop the half-run batch */
             eng_device_seq_truncate(w->dev, g->slot->seq, g->n_fed);
     }
@@ -207,9 +272,11 @@ static int run_items(struct eng_worker *w, struct item *it, int n)
 
 /* A step failed: reset the device, rewind every running sequence (the reset lost
  * their KV), and let each failed one ask the policy. */
-static void on_fault(struct eng_worker *w, struct item *it, int n)
+static void on_fault(struct eng_worker *w, struct worker_item *it, int n)
 {
     char err[256] = "";
+    for (int i = 0; i < w->n_active; i++)
+        drop_bg(w, w->active[i]);
     bool ok = eng_device_reset(w->dev, err, sizeof err) == 0;
     if (ok)
         w->kp.device_changed = eng_device_reset_changed_mode(w->dev);
@@ -259,6 +326,7 @@ static void reap(struct eng_worker *w)
             continue;
         }
         eng_gen_req *r = g->r;
+        drop_bg(w, g);
         eng__gen_finish(g);
         pthread_mutex_lock(&w->mu);
         for (int j = 0; j < WORKER_MAX_SLOTS; j++)
@@ -275,8 +343,30 @@ static void reap(struct eng_worker *w)
 }
 
 /* One step over every running sequence (the top of the file). */
+/* Background chunks that are done; true when one failed (the step is over: the
+ * device was reset). With `wait`, waits for the first one still running. */
+static bool collect_all(struct eng_worker *w, bool wait)
+{
+    for (int i = 0; i < w->n_active; i++) {
+        struct gen *g = w->active[i];
+        if (!g->bg_on || !collect_bg(w, g, wait))
+            continue;
+        wait = false;
+        if (g->bg.failed) {
+            on_fault(w, &g->bg, 1);
+            reap(w);
+            return true;
+        }
+    }
+    return false;
+}
+
 static void step(struct eng_worker *w)
 {
+    /* 0. prompt chunks computed in the background */
+    if (collect_all(w, false))
+        return;
+
     /* 1. sampling and cancellation */
     for (int i = 0; i < w->n_active; i++) {
         struct gen *g = w->active[i];
@@ -301,13 +391,15 @@ static void step(struct eng_worker *w)
         int room = w->max_batch - n_decoding;
         budget = budget < 0 || budget > room ? room : budget;
     }
-    struct item it[WORKER_MAX_SLOTS];
+    struct worker_item it[WORKER_MAX_SLOTS];
     int n = 0;
     for (int i = 0; i < w->n_active; i++)
         if (plan_item(w->active[i], &budget, &it[n]))
             n++;
-    if (!n)
+    if (!n) {   /* only background work: wait for it */
+        collect_all(w, true);
         return;
+    }
 
     /* 3. run */
     atomic_fetch_add_explicit(&w->m.steps, 1, memory_order_relaxed);
@@ -315,7 +407,8 @@ static void step(struct eng_worker *w)
     atomic_fetch_add_explicit(&w->m.batch_hist[b < WORKER_BATCH_BUCKETS ? b
                                                 : WORKER_BATCH_BUCKETS - 1],
                               1, memory_order_relaxed);
-    if (run_items(w, it, n))
+    int n_failed = run_items(w, it, n);
+    if (n_failed)
         on_fault(w, it, n);
     reap(w);
 }

@@ -75,6 +75,16 @@ struct worker_slot {
  * MiniCPM5's 130,560 tokens). */
 #define SCORE_ROWS 32
 
+/* One piece of a step: a sequence's prompt chunk or decode position (sched.c). */
+struct worker_item {
+    struct gen *g;
+    struct eng_batch b;
+    struct eng_prefill_chunk pc;
+    bool prefill, want;
+    bool score;             /* a scored prompt's chunk: the logits of all its positions */
+    bool failed;
+};
+
 /* One running sequence (a request on its slot); gen.c's story. */
 struct gen {
     struct eng_worker *w;
@@ -99,6 +109,12 @@ struct gen {
                                     its prefill and copy `share` positions of its KV */
     int share;
     int64_t t_start, t_prompt_done;
+    /* a prompt chunk the device computes in the background (eng_device_prefill_start):
+     * started at bg_t0, while bg_steps steps of the others ran */
+    bool bg_on;
+    struct worker_item bg;
+    int64_t bg_t0;
+    int bg_steps;
     struct eng_gen_timings tm;
     /* the last failed runlist */
     struct eng_device_error derr;
@@ -119,6 +135,7 @@ struct eng_worker {
     int step_prefill;             /* prompt tokens per step beside running decodes */
     int max_batch;                /* the device's positions per batch; 0: no limit */
     bool batch;                   /* the device runs several sequences as one batch */
+    bool async;                   /* the device may prefill in the background */
     bool prompt_cache;
     char device_name[64];
     char *model_id;

@@ -363,6 +363,7 @@ int eng_worker_new(struct eng_device *dev, const eng_pack *pack, const eng_token
     w->step_prefill = o->step_prefill > 0 ? o->step_prefill : UT_STEP_PREFILL_DEFAULT;
     w->max_batch = max_batch;
     w->batch = eng_device_can_batch(dev);
+    w->async = eng_device_can_prefill_async(dev);
     for (; w->n_slots < n_slots; w->n_slots++) {
         struct worker_slot *sl = &w->slots[w->n_slots];
         sl->ids = malloc(((size_t)w->n_ctx + 1) * sizeof *sl->ids);

@@ -21,6 +21,7 @@
 #include "xrt-double.h"
 #include "xrt-fx.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -322,4 +323,182 @@ MCD_TEST(hybrid, b2_with_8_kv_heads_agree, .timeout = 3600)
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     static const int lens[] = {24};
     agreement(d, kd, lens, 1, 8);
+}
+
+/* ---- two sequences: the CPU prefills one while the NPU decodes the other ---------- */
+
+/* Greedy decode of n tokens on seq from the logits in lg (the prompt's), through
+ * every runlist of plan. */
+static void greedy(struct eng_device *d, const struct eng_plan *plan, eng_device_seq *seq,
+                   float *lg, int V, int n, int32_t *toks)
+{
+    for (int s = 0; s < n; s++) {
+        int best = 0;
+        for (int i = 1; i < V; i++)
+            best = lg[i] > lg[best] ? i : best;
+        toks[s] = best;
+        struct eng_batch b = {.tokens = &toks[s], .n_tokens = 1, .logits = lg,
+                              .phase = ENG_PHASE_DECODE, .token_index = s};
+        struct eng_run_result res;
+        for (int k = 0; k < plan->n_runlists; k++)
+            cr_assert_eq(eng_device_run_runlist(d, seq, &plan->runlists[k], &b, &res), 0, "%s",
+                         res.message);
+    }
+}
+
+static struct eng_device *open_dev(eng_pack *pack, const char *kdir, int mode, int slots,
+                                   int n_ctx)
+{
+    char err[512];
+    struct eng_device *d;
+    eng_xrt_configure(&(struct eng_xrt_config){.kernels_dir = kdir, .accel_node = "/dev/null",
+                                               .ctx_size = n_ctx, .prefill = mode,
+                                               .slots = slots});
+    struct eng_device_opts o = {.n_threads = 1, .act = ENG_ACT_F32};
+    cr_assert_eq(eng__device_xrt_double_open(&o, &d, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(eng_device_load_model(d, pack, err, sizeof err), 0, "%s", err);
+    return d;
+}
+
+/* Sequence A prefills (CPU) and decodes 4 tokens; B's 97-token prompt then starts in
+ * the background and A decodes 12 more on the NPU before B is handed over; then B
+ * decodes. Each sequence's tokens are those of the same sequence alone on a
+ * one-slot device, bit for bit (the same computations in the same order), and
+ * the hand-off wrote B's rows into B's state BOs only. */
+MCD_TEST(hybrid, background_prefill_beside_decode)
+{
+    char err[512];
+    const char *kdir = kset_dir("tiny", "hybrid", "--designs --max-ctx 1200");
+    eng_pack *pack = NULL;
+    cr_assert_eq(eng_pack_open(pack_dir("tiny"), &pack, err, sizeof err), 0, "%s", err);
+    const struct eng_pack_info *pi = eng_pack_get_info(pack);
+    int V = pi->hp.n_vocab, L = pi->hp.n_layers;
+    xrtdbl_reset();
+    xrtdbl_set_model(true);
+    xmodel_reset();
+    int32_t pa[40], pb[97], ta[16], tb[8], ra[16], rb[8];
+    prompt(pa, 40, V, 7);
+    prompt(pb, 97, V, 8);
+    float *lga = malloc((size_t)V * sizeof *lga), *lgb = malloc((size_t)V * sizeof *lgb);
+    cr_assert(lga && lgb);
+    struct eng_plan plan;
+    cr_assert_eq(eng_plan_init(&plan, L, 2, err, sizeof err), 0, "%s", err);
+    struct eng_run_result res;
+
+    /* alone, one slot each: the reference tokens */
+    for (int which = 0; which < 2; which++) {
+        struct eng_device *d = open_dev(pack, kdir, ENG_XRT_PREFILL_CPU, 1, 256);
+        cr_assert_eq(eng_device_max_seqs(d), 1);
+        eng_device_seq *s;
+        cr_assert_eq(eng_device_seq_begin(d, 256, &s, err, sizeof err), 0, "%s", err);
+        struct eng_batch b = {.tokens = which ? pb : pa, .n_tokens = which ? 97 : 40,
+                              .logits = which ? lgb : lga, .phase = ENG_PHASE_PREFILL};
+        for (int k = 0; k < plan.n_runlists; k++)
+            cr_assert_eq(eng_device_run_runlist(d, s, &plan.runlists[k], &b, &res), 0, "%s",
+                         res.message);
+        greedy(d, &plan, s, which ? lgb : lga, V, which ? 8 : 16, which ? rb : ra);
+        eng_device_seq_end(d, s);
+        eng_device_free(d);
+    }
+
+    struct eng_device *d = open_dev(pack, kdir, ENG_XRT_PREFILL_CPU, 2, 256);
+    cr_assert_eq(eng_device_max_seqs(d), 2);
+    cr_assert(eng_device_can_prefill_async(d));
+    eng_device_seq *sa, *sb, *sc;
+    cr_assert_eq(eng_device_seq_begin(d, 256, &sa, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(eng_device_seq_begin(d, 256, &sb, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(eng_device_seq_begin(d, 256, &sc, err, sizeof err), -EBUSY, "a third slot");
+    struct eng_batch ba = {.tokens = pa, .n_tokens = 40, .logits = lga,
+                           .phase = ENG_PHASE_PREFILL};
+    cr_assert_eq(eng_device_prefill_start(d, sa, &ba), 1);
+    cr_assert_eq(eng_device_prefill_finish(d, sa, true, &res), 0, "%s", res.message);
+    cr_assert(res.on_host);
+    greedy(d, &plan, sa, lga, V, 4, ta);
+    struct eng_batch bb = {.tokens = pb, .n_tokens = 97, .logits = lgb,
+                           .phase = ENG_PHASE_PREFILL};
+    size_t before = xrtdbl_log_lines();
+    cr_assert_eq(eng_device_prefill_start(d, sb, &bb), 1);
+    /* a decode batch never goes to the host */
+    struct eng_batch dec = {.tokens = pa, .n_tokens = 1, .phase = ENG_PHASE_DECODE};
+    cr_assert_eq(eng_device_prefill_start(d, sa, &dec), 0);
+    greedy(d, &plan, sa, lga, V, 12, ta + 4);
+    cr_assert_eq(eng_device_prefill_finish(d, sb, true, &res), 0, "%s", res.message);
+    cr_assert(res.on_host && res.elapsed_us > 0);
+    size_t handoff = 0;
+    char want[96];
+    snprintf(want, sizeof want, ".sync(to_device, %d, 0)", 97 * pi->hp.n_kv_heads *
+             pi->hp.head_dim * 4);
+    for (size_t k = before; k < xrtdbl_log_lines(); k++)
+        handoff += strstr(xrtdbl_log_line(k), want) != NULL;
+    cr_assert_eq(handoff, (size_t)L, "B's rows: one sync per layer, not %zu", handoff);
+    greedy(d, &plan, sb, lgb, V, 8, tb);
+    for (int i = 0; i < 16; i++)
+        cr_assert_eq(ta[i], ra[i], "A's token %d: %d beside B's prefill, %d alone", i, ta[i],
+                     ra[i]);
+    for (int i = 0; i < 8; i++)
+        cr_assert_eq(tb[i], rb[i], "B's token %d: %d after a background prefill, %d alone", i,
+                     tb[i], rb[i]);
+    /* a finish with nothing started is an error, not a hang */
+    cr_assert_eq(eng_device_prefill_finish(d, sb, true, &res), -EIO);
+    eng_device_seq_end(d, sa);
+    eng_device_seq_end(d, sb);
+    eng_device_free(d);
+    eng_plan_deinit(&plan);
+    free(lga);
+    free(lgb);
+    eng_pack_free(pack);
+}
+
+/* A short prompt --npu-prefill auto leaves on the NPU is one batch of several
+ * positions: the device runs it token by token through each runlist (each
+ * position's residual kept between runlists) and gives the logits and KV of
+ * running the positions one batch each. */
+MCD_TEST(hybrid, npu_batch_of_several_positions)
+{
+    char err[512];
+    const char *kdir = kset_dir("tiny", "hybrid", "--designs --max-ctx 1200");
+    eng_pack *pack = NULL;
+    cr_assert_eq(eng_pack_open(pack_dir("tiny"), &pack, err, sizeof err), 0, "%s", err);
+    const struct eng_pack_info *pi = eng_pack_get_info(pack);
+    int V = pi->hp.n_vocab;
+    xrtdbl_reset();
+    xrtdbl_set_model(true);
+    xmodel_reset();
+    int32_t p[6], t1[8], t2[8];
+    prompt(p, 6, V, 21);
+    float *l1 = malloc((size_t)V * sizeof *l1), *l2 = malloc((size_t)V * sizeof *l2);
+    cr_assert(l1 && l2);
+    int ks[] = {ENG_PLAN_ALL, 1};
+    for (int ki = 0; ki < 2; ki++) {
+        struct eng_plan plan;
+        cr_assert_eq(eng_plan_init(&plan, pi->hp.n_layers, ks[ki], err, sizeof err), 0, "%s",
+                     err);
+        for (int way = 0; way < 2; way++) {
+            struct eng_device *d = open_dev(pack, kdir, ENG_XRT_PREFILL_NPU, 1, 64);
+            eng_device_seq *s;
+            struct eng_run_result res;
+            cr_assert_eq(eng_device_seq_begin(d, 64, &s, err, sizeof err), 0, "%s", err);
+            cr_assert_eq(eng_device_prefill_start(d, s, &(struct eng_batch){
+                             .tokens = p, .n_tokens = 6, .phase = ENG_PHASE_PREFILL}), 0,
+                         "--npu-prefill npu never prefills on the host");
+            int step = way ? 6 : 1;
+            for (int i = 0; i < 6; i += step) {
+                struct eng_batch b = {.tokens = p + i, .n_tokens = step,
+                                      .logits = way ? l2 : l1, .phase = ENG_PHASE_PREFILL,
+                                      .token_index = i};
+                for (int k = 0; k < plan.n_runlists; k++)
+                    cr_assert_eq(eng_device_run_runlist(d, s, &plan.runlists[k], &b, &res), 0,
+                                 "%s", res.message);
+            }
+            greedy(d, &plan, s, way ? l2 : l1, V, 8, way ? t2 : t1);
+            eng_device_seq_end(d, s);
+            eng_device_free(d);
+        }
+        cr_assert_eq(memcmp(l1, l2, (size_t)V * sizeof *l1), 0, "K %d: logits differ", ks[ki]);
+        cr_assert_eq(memcmp(t1, t2, sizeof t1), 0, "K %d: tokens differ", ks[ki]);
+        eng_plan_deinit(&plan);
+    }
+    free(l1);
+    free(l2);
+    eng_pack_free(pack);
 }

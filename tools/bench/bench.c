@@ -4,6 +4,7 @@
  *   minicpmd-bench PACKDIR [--threads N] [--prompt N] [--gen N] [--reps N]
  *                          [--act q8|f32] [--isa scalar|avx2|avx512] [--json]
  *                          [--decode-kernel vbmi|vnni-tile|avx2]
+ *                          [--hybrid N [--npu-tps R] [--npu-kv-heads H]]
  *
  * Prefill: one eng_seq_forward() of an N-token prompt (random ids, fixed seed).
  * Decode: greedy argmax after that prompt, one token per eng_seq_forward().
@@ -26,10 +27,15 @@
  * --decode-kernel forces one. The report names the CPU (cpuid family, model,
  * brand string).
  *
+ * --hybrid N instead reports the time to first token of an N-token prompt prefilled
+ * on the CPU and decoded on the NPU against the NPU prefilling it token by token
+ * (hybrid.h: what is measured and what is given).
+ *
  * Exit status: 0, or 1 with one line on stderr. */
 #include "engine/engine.h"
 #include "engine/kernels/kernels.h"
 #include "engine/model/model.h"
+#include "tools/bench/hybrid.h"
 #include "tools/bench/roof.h"
 #include "util/clock.h"
 
@@ -57,6 +63,7 @@ struct bench_opts {
     int isa;                    /* -1: the best this CPU has, else an enum eng_isa */
     const char *decode_kernel;  /* forced after load (eng_decode_kernel_set), or NULL */
     enum eng_weights_place weights;
+    struct hybrid_opts hybrid;  /* .tokens > 0: --hybrid */
 };
 
 struct bench_result {
@@ -99,9 +106,12 @@ static void usage(FILE *f)
                "                      [--reps N (3)] [--act q8|f32] [--isa scalar|avx2|avx512]\n"
                "                      [--decode-kernel vbmi|vnni-tile|avx2]\n"
                "                      [--weights mmap|copy|auto (auto)] [--json]\n"
+               "                      [--hybrid N [--npu-tps R (26)] [--npu-kv-heads H (8)]]\n"
                "Prefill and decode tokens/s of the CPU forward pass, medians over --reps,\n"
                "against the machine's read-bandwidth and int8/f32 compute roofs.\n"
-               "--threads 0 (the default) uses every online CPU.\n");
+               "--threads 0 (the default) uses every online CPU. --hybrid N: the first token\n"
+               "of an N-token prompt prefilled on the CPU (batches of --prompt, at most 512)\n"
+               "and decoded on an NPU of the given rate, against prefill on the NPU.\n");
 }
 
 static int parse_int(const char *name, const char *v, int lo, int *out)
@@ -125,10 +135,13 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         {"act", required_argument, NULL, 'a'},     {"json", no_argument, NULL, 'j'},
         {"isa", required_argument, NULL, 'i'},     {"weights", required_argument, NULL, 'w'},
         {"batch", required_argument, NULL, 'b'},   {"decode-kernel", required_argument, NULL, 'k'},
+        {"hybrid", required_argument, NULL, 'H'},  {"npu-tps", required_argument, NULL, 'N'},
+        {"npu-kv-heads", required_argument, NULL, 'K'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     *o = (struct bench_opts){ .prompt = 512, .gen = 64, .reps = 3, .act = ENG_ACT_Q8, .isa = -1,
-                             .weights = ENG_WEIGHTS_PLACE_AUTO };
+                             .weights = ENG_WEIGHTS_PLACE_AUTO,
+                             .hybrid = {.npu_tps = 26.0, .npu_kv_heads = 8} };
     int c, rc = 0;
     while (rc == 0 && (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
@@ -147,6 +160,22 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         case 'k':
             o->decode_kernel = optarg;
             break;
+        case 'H':
+            rc = parse_int("hybrid", optarg, 1, &o->hybrid.tokens);
+            break;
+        case 'K':
+            rc = parse_int("npu-kv-heads", optarg, 1, &o->hybrid.npu_kv_heads);
+            break;
+        case 'N': {
+            char *end;
+            o->hybrid.npu_tps = strtod(optarg, &end);
+            if (end == optarg || *end || !(o->hybrid.npu_tps > 0 && o->hybrid.npu_tps < 1e6)) {
+                fprintf(stderr, "minicpmd-bench: --npu-tps wants tokens/s > 0, not '%s'\n",
+                        optarg);
+                rc = -1;
+            }
+            break;
+        }
         case 'b':
             rc = parse_int("batch", optarg, 1, &o->batch);
             if (rc == 0 && o->batch > BENCH_MAX_BATCH) {
@@ -527,6 +556,13 @@ int main(int argc, char **argv)
     int prc = eng_pool_new(mi->n_threads, &roof_pool);
     if (prc) {
         fprintf(stderr, "minicpmd-bench: cannot start %d threads: %s\n", mi->n_threads, strerror(-prc));
+        goto out;
+    }
+    if (o.hybrid.tokens > 0) {
+        o.hybrid.chunk = o.prompt < 512 ? o.prompt : 512;
+        o.hybrid.reps = o.reps;
+        o.hybrid.json = o.json;
+        rc = bench_hybrid(model, &o.hybrid) ? 1 : 0;
         goto out;
     }
     if (measure_roofs(roof_pool, &r) || measure_model(model, roof_pool, &o, &r))

@@ -25,16 +25,15 @@
  * is still in flight and resets the runlists (amdxdna recreates its firmware
  * context by itself, docs/npu-xrt.md §1d); the sequence's KV is then lost.
  *
- * One position per batch (the dx design decodes one token): prefill runs token by
- * token, as OpenFlowLM-Next's default sequential route does (docs/npu-kernels.md
- * §4). One sequence at a time. */
+ * One position per kernel run (the dx design decodes one token): a batch of several
+ * positions (a short prompt --npu-prefill auto leaves on the NPU) runs token by
+ * token through each runlist, each position's residual kept on the host between
+ * runlists. Sequences live in KV slots (xrt-seq.c), each its own state BOs; the
+ * prompt on the CPU is xrt-prefill.c's. */
 #include "engine/device/device.h"
 #include "engine/err.h"
-#include "engine/device/xrt/bridge.h"
-#include "engine/device/xrt/kset.h"
-#include "engine/device/xrt/npu-layout.h"
 #include "engine/device/xrt/xrt-impl.h"
-#include "engine/device/xrt/xrt-prefill.h"
+#include "engine/device/xrt/xrt-state.h"
 #include "engine/model/model-impl.h"   /* ENG_MAX_BATCH */
 #include "util/clock.h"
 #include "util/fs.h"
@@ -48,40 +47,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-enum { LB_POOL, LB_CONSTS, LB_ACT, LB_STATE, LB_N };
-
-struct xrt_dev {
-    struct eng_device dev;       /* dev.context points back here */
-    struct eng_xrt_config cfg;
-    char kernels_dir[4096];
-    xrtb_dev *b;
-    struct eng_kset ks;
-    eng_st *st;
-    int n_layers, hidden, n_vocab, capacity;
-    int *ctx_of;                 /* per kset context: bridge id, -1 = not loaded */
-    int *kern_of;                /* per kset kernel: bridge id, -1 */
-    struct eng_npu_patch (*patch)[4];  /* per kset kernel with attnpos */
-    int *glob_bo;                /* per kset global */
-    int *layer_bo;               /* (n_layers, LB_N) */
-    int *layer_run;              /* (n_layers) */
-    int tail_run[2];
-    int xres, logits;            /* global indices */
-    bool loaded, needs_reset, seq_open;
-    bool single;                 /* one run per dispatch (RUN, or AUTO after every K failed) */
-    bool to_single;              /* AUTO: a one-layer runlist failed; single runs from reset */
-    bool changed;                /* the last reset switched to single runs */
-    int seq_len;
-    struct eng_device_opts opts; /* threads and activations of the CPU prefill */
-    xpf *pf;                     /* the CPU prefill (--npu-prefill cpu|auto), or NULL */
-    uint16_t *kv_scratch;        /* one row's K and V of the source's heads */
-    enum eng_ert_state last_failure;
-    char desc[320];
-};
-
-struct eng_device_seq {
-    int n_ctx;
-};
 
 static const char *x_get_name(void *ctx)
 {
@@ -170,29 +135,38 @@ static int load_kernel(struct xrt_dev *x, int ki, char *err, size_t errlen)
     return rc;
 }
 
-/* The bridge BO of buffer argument `name` for layer l (-1 for the tail). */
-static int arg_bo(struct xrt_dev *x, const char *name, int l)
+/* The bridge BO of buffer argument `name` for layer l (-1 for the tail) over a
+ * slot's `state` BO. */
+static int arg_bo(struct xrt_dev *x, const char *name, int l, int state_bo)
 {
-    static const char *const per_layer[LB_N] = {"pool", "consts", "act", "state"};
+    static const char *const per_layer[LB_N] = {"pool", "consts", "act"};
     for (int i = 0; i < LB_N; i++)
         if (l >= 0 && strcmp(name, per_layer[i]) == 0)
             return x->layer_bo[l * LB_N + i];
+    if (l >= 0 && strcmp(name, "state") == 0)
+        return state_bo;
     for (int g = 0; g < x->ks.n_globals; g++)
         if (strcmp(x->ks.globals[g].name, name) == 0)
             return x->glob_bo[g];
     return -1;
 }
 
-static int make_run(struct xrt_dev *x, const struct eng_kset_step *s, int l, int *out, char *err,
-                    size_t errlen)
+static int make_run(struct xrt_dev *x, const struct eng_kset_step *s, int l, int state_bo,
+                    int *out, char *err, size_t errlen)
 {
     int bos[ENG_KSET_MAX_ARGS];
     for (int i = 0; i < s->n_args; i++)
-        if ((bos[i] = arg_bo(x, s->args[i], l)) < 0)
+        if ((bos[i] = arg_bo(x, s->args[i], l, state_bo)) < 0)
             return eng__fail(err, errlen, -EINVAL, "%s: run of kernel %s names buffer '%s', "
                              "which is neither per-layer nor a global", x->ks.manifest_path,
                              x->ks.kernels[s->kernel].name, s->args[i]);
     return xrtb_run(x->b, x->kern_of[s->kernel], bos, s->n_args, out, err, errlen);
+}
+
+int xd_make_layer_run(struct xrt_dev *x, int l, int state_bo, int *out, char *err,
+                      size_t errlen)
+{
+    return make_run(x, &x->ks.layer_step, l, state_bo, out, err, errlen);
 }
 
 static int sync_to(struct xrt_dev *x, int bo, char *err, size_t errlen)
@@ -248,8 +222,7 @@ static int alloc_layers(struct xrt_dev *x, char *err, size_t errlen)
     int rc;
     for (int l = 0; l < x->n_layers; l++) {
         int *bo = &x->layer_bo[l * LB_N];
-        size_t sizes[LB_N] = {x->ks.pool_bytes, x->ks.consts_bytes, x->ks.act_bytes,
-                              (size_t)x->capacity * x->ks.state_row};
+        size_t sizes[LB_N] = {x->ks.pool_bytes, x->ks.consts_bytes, x->ks.act_bytes};
         for (int i = 0; i < LB_N; i++)
             if ((rc = xrtb_bo(x->b, sizes[i], &bo[i], err, errlen)))
                 return rc;
@@ -288,8 +261,7 @@ static void describe(struct xrt_dev *x)
 static void x_run_runlist(void *ctx, eng_device_seq *seq, const struct eng_runlist *rl,
                           const struct eng_batch *b, struct eng_run_result *out);
 
-/* The CPU side of --npu-prefill cpu|auto, and for auto the NPU's time per token:
- * the faster of two single-token runs through every layer and the tail. */
+/* The CPU side of --npu-prefill cpu|auto (before the slots, which hold its copies). */
 static int open_prefill(struct xrt_dev *x, const eng_pack *pack, char *err, size_t errlen)
 {
     int rc = xpf_open(pack, &x->opts, x->cfg.prefill, x->capacity, &x->pf, err, errlen);
@@ -298,6 +270,14 @@ static int open_prefill(struct xrt_dev *x, const eng_pack *pack, char *err, size
     x->kv_scratch = malloc((size_t)x->ks.n_kv_heads * (size_t)x->ks.head_dim * 4);
     if (!x->kv_scratch)
         return eng__fail(err, errlen, -ENOMEM, "xrt device: out of memory");
+    return 0;
+}
+
+/* For auto, the NPU's time per token: the faster of two single-token runs through
+ * every layer and the tail, on slot 0. Then the log line. */
+static int time_npu(struct xrt_dev *x, char *err, size_t errlen)
+{
+    int rc = 0;
     if (x->cfg.prefill == ENG_XRT_PREFILL_AUTO) {
         struct eng_cmd *cmds = malloc((size_t)(x->n_layers + 2) * sizeof *cmds);
         float *lg = malloc((size_t)x->n_vocab * sizeof *lg);
@@ -320,10 +300,10 @@ static int open_prefill(struct xrt_dev *x, const eng_pack *pack, char *err, size
         double best = 0;
         for (int i = 0; i < 2 && !rc; i++) {
             int64_t t0 = ut_now_us();
-            x_run_runlist(x, NULL, &rl, &b, &res);
+            x_run_runlist(x, &x->slots[0], &rl, &b, &res);
             double ms = (double)(ut_now_us() - t0) / 1000.0;
             best = i == 0 || ms < best ? ms : best;
-            x->seq_len = 0;
+            x->slots[0].len = 0;
             if (res.state != ENG_ERT_COMPLETED)
                 rc = eng__fail(err, errlen, -EIO, "xrt device: timing a token: %s",
                                res.message);
@@ -381,8 +361,7 @@ static int x_load_model(void *ctx, const eng_pack *pack, char *err, size_t errle
     x->patch = calloc(nk, sizeof *x->patch);
     x->glob_bo = malloc((size_t)x->ks.n_globals * sizeof *x->glob_bo + 1);
     x->layer_bo = malloc((size_t)x->n_layers * LB_N * sizeof *x->layer_bo);
-    x->layer_run = malloc((size_t)x->n_layers * sizeof *x->layer_run);
-    if (!x->ctx_of || !x->kern_of || !x->patch || !x->glob_bo || !x->layer_bo || !x->layer_run)
+    if (!x->ctx_of || !x->kern_of || !x->patch || !x->glob_bo || !x->layer_bo)
         return eng__fail(err, errlen, -ENOMEM, "xrt device: out of memory");
     for (size_t i = 0; i < nc; i++)
         x->ctx_of[i] = -1;
@@ -404,124 +383,19 @@ static int x_load_model(void *ctx, const eng_pack *pack, char *err, size_t errle
             return rc;
     if ((rc = alloc_globals(x, err, errlen)) || (rc = alloc_layers(x, err, errlen)))
         return rc;
-    for (int l = 0; l < x->n_layers; l++)
-        if ((rc = make_run(x, &x->ks.layer_step, l, &x->layer_run[l], err, errlen)))
-            return rc;
     for (int i = 0; i < x->ks.n_tail; i++)
-        if ((rc = make_run(x, &x->ks.tail[i], -1, &x->tail_run[i], err, errlen)))
+        if ((rc = make_run(x, &x->ks.tail[i], -1, -1, &x->tail_run[i], err, errlen)))
             return rc;
+    x->xres_keep = malloc((size_t)ENG_MAX_BATCH * (size_t)x->hidden * sizeof *x->xres_keep);
+    if (!x->xres_keep)
+        return eng__fail(err, errlen, -ENOMEM, "xrt device: out of memory");
+    if ((x->cfg.prefill != ENG_XRT_PREFILL_NPU && (rc = open_prefill(x, pack, err, errlen))) ||
+        (rc = xs_alloc_slots(x, err, errlen)))
+        return rc;
     x->loaded = true;
-    if (x->cfg.prefill != ENG_XRT_PREFILL_NPU && (rc = open_prefill(x, pack, err, errlen)))
+    if (x->pf && (rc = time_npu(x, err, errlen)))
         return rc;
     describe(x);
-    return 0;
-}
-
-/* ---- sequences ------------------------------------------------------------------ */
-
-static int x_seq_begin(void *ctx, int n_ctx, eng_device_seq **out, char *err, size_t errlen)
-{
-    struct xrt_dev *x = ctx;
-    if (!x->loaded)
-        return eng__fail(err, errlen, -EINVAL, "xrt device: no model loaded");
-    if (x->seq_open)
-        return eng__fail(err, errlen, -EBUSY, "xrt device: one sequence at a time");
-    if (n_ctx > x->capacity)
-        return eng__fail(err, errlen, -EINVAL,
-                         "xrt device: a context of %d positions does not fit the %d KV rows "
-                         "allocated on the NPU (pass --ctx-size %d or less)", n_ctx, x->capacity,
-                         x->capacity);
-    struct eng_device_seq *s = calloc(1, sizeof *s);
-    if (!s)
-        return eng__fail(err, errlen, -ENOMEM, "xrt device: out of memory");
-    s->n_ctx = n_ctx;
-    x->seq_open = true;
-    x->seq_len = 0;
-    xpf_truncate(x->pf, 0);
-    *out = s;
-    return 0;
-}
-
-static void x_seq_end(void *ctx, eng_device_seq *s)
-{
-    struct xrt_dev *x = ctx;
-    x->seq_open = false;
-    x->seq_len = 0;
-    free(s);
-}
-
-static void x_seq_truncate(void *ctx, eng_device_seq *s, int n)
-{
-    struct xrt_dev *x = ctx;
-    (void)s;
-    if (n < x->seq_len)
-        x->seq_len = n;
-    xpf_truncate(x->pf, x->seq_len);
-}
-
-/* Rows [pos, pos + n) of every layer's state BO from src: row p is [K_p | V_p], bf16,
- * the kernel's KV heads (src's repeated in turn), synced once per layer. */
-static int x_seq_write_kv(void *ctx, eng_device_seq *s, const struct eng_kv_src *src, int pos,
-                          int n, char *err, size_t errlen)
-{
-    struct xrt_dev *x = ctx;
-    (void)s;
-    int nk = x->ks.n_kv_heads, hd = x->ks.head_dim, rc;
-    if (pos > x->seq_len || pos + n > x->capacity || src->head_dim != hd || src->n_kv < 1 ||
-        nk % src->n_kv || (uint64_t)nk * (uint64_t)hd * 4 > x->ks.kv_row)
-        return eng__fail(err, errlen, -EINVAL, "xrt device: KV rows %d..%d of %d heads do not "
-                         "fit a sequence of %d (%d KV rows of %d heads)", pos, pos + n,
-                         src->n_kv, x->seq_len, x->capacity, nk);
-    if (x->needs_reset)
-        return eng__fail(err, errlen, -EIO, "xrt device: needs reset");
-    size_t w = (size_t)src->n_kv * (size_t)hd;
-    uint16_t *k = x->kv_scratch, *v = x->kv_scratch + w;
-    int r = nk / src->n_kv;
-    x->seq_len = pos;
-    for (int l = 0; l < x->n_layers; l++) {
-        int bo = x->layer_bo[l * LB_N + LB_STATE];
-        uint8_t *base = xrtb_bo_map(x->b, bo);
-        for (int p = pos; p < pos + n; p++) {
-            if ((rc = src->row(src->arg, l, p, k, v)))
-                return eng__fail(err, errlen, rc, "xrt device: no KV row %d of layer %d", p, l);
-            uint16_t *row = (uint16_t *)(base + (size_t)p * x->ks.kv_row);
-            for (int j = 0; j < nk; j++) {
-                memcpy(row + (size_t)j * hd, k + (size_t)(j / r) * hd, (size_t)hd * 2);
-                memcpy(row + (size_t)(nk + j) * hd, v + (size_t)(j / r) * hd, (size_t)hd * 2);
-            }
-        }
-        if (n > 0 && (rc = xrtb_bo_sync(x->b, bo, true, (size_t)n * x->ks.kv_row,
-                                        (size_t)pos * x->ks.kv_row, err, errlen)))
-            return rc;
-    }
-    x->seq_len = pos + n;
-    return 0;
-}
-
-/* The rows [from, x->seq_len) of every state BO back from the device, one sync per
- * layer, before the CPU catches up on positions the NPU decoded (npu_row). */
-static int sync_back(struct xrt_dev *x, int from, char *err, size_t errlen)
-{
-    for (int l = 0; l < x->n_layers && from < x->seq_len; l++) {
-        int rc = xrtb_bo_sync(x->b, x->layer_bo[l * LB_N + LB_STATE], false,
-                              (size_t)(x->seq_len - from) * x->ks.kv_row,
-                              (size_t)from * x->ks.kv_row, err, errlen);
-        if (rc)
-            return rc;
-    }
-    return 0;
-}
-
-/* One row of a state BO, synced back by sync_back. */
-static int npu_row(const void *arg, int l, int pos, uint16_t *k, uint16_t *v)
-{
-    const struct xrt_dev *x = arg;
-    int nk = x->ks.n_kv_heads, hd = x->ks.head_dim;
-    int bo = x->layer_bo[l * LB_N + LB_STATE];
-    const uint16_t *row =
-        (const uint16_t *)((const uint8_t *)xrtb_bo_map(x->b, bo) + (size_t)pos * x->ks.kv_row);
-    memcpy(k, row, (size_t)nk * hd * 2);
-    memcpy(v, row + (size_t)nk * hd, (size_t)nk * hd * 2);
     return 0;
 }
 
@@ -574,12 +448,41 @@ static int patch_position(struct xrt_dev *x, int pos, char *err, size_t errlen)
     return 0;
 }
 
-static void x_run_runlist(void *ctx, eng_device_seq *seq, const struct eng_runlist *rl,
+/* Position pos's residual: into xres for its next runlist (its embedding at EMBED,
+ * else the one kept after its last runlist), with the attnpos words for pos. */
+static int enter(struct xrt_dev *x, const struct eng_runlist *rl, const struct eng_batch *b,
+                 int t, int pos, char *err, size_t errlen)
+{
+    float *xr = xrtb_bo_map(x->b, x->glob_bo[x->xres]);
+    int rc = patch_position(x, pos, err, errlen);
+    if (rc)
+        return rc;
+    if (rl->has_embed)
+        rc = eng_npu_embed_row(x->st, x->ks.embed_tensor, b->tokens[t], x->hidden, xr, err,
+                               errlen);
+    else
+        memcpy(xr, x->xres_keep + (size_t)t * x->hidden, (size_t)x->hidden * 4);
+    return rc ? rc : xrtb_bo_sync(x->b, x->glob_bo[x->xres], true, (size_t)x->hidden * 4, 0,
+                                  err, errlen);
+}
+
+/* Position t of a batch of several: its residual back to the host for the next
+ * runlist. */
+static int keep(struct xrt_dev *x, int t, char *err, size_t errlen)
+{
+    int bo = x->glob_bo[x->xres];
+    int rc = xrtb_bo_sync(x->b, bo, false, (size_t)x->hidden * 4, 0, err, errlen);
+    if (!rc)
+        memcpy(x->xres_keep + (size_t)t * x->hidden, xrtb_bo_map(x->b, bo),
+               (size_t)x->hidden * 4);
+    return rc;
+}
+
+static void x_run_runlist(void *ctx, eng_device_seq *s, const struct eng_runlist *rl,
                           const struct eng_batch *b, struct eng_run_result *out)
 {
     struct xrt_dev *x = ctx;
     char e2[200];
-    (void)seq;
     if (x->needs_reset) {
         char m[96];
         snprintf(m, sizeof m, "device needs reset (a runlist ended in %s)",
@@ -587,57 +490,58 @@ static void x_run_runlist(void *ctx, eng_device_seq *seq, const struct eng_runli
         fail(x, out, ENG_ERT_ERROR, 0, m);
         return;
     }
+    if (rl->has_embed && s->len + b->n_tokens <= x->capacity)
+        memcpy(s->ids + s->len, b->tokens, (size_t)b->n_tokens * sizeof *s->ids);
     if (x->pf && xpf_takes(x->pf, x->cfg.prefill, b, x->opts.log, x->opts.log_ctx)) {
-        struct eng_kv_src rows = {.n_kv = x->ks.n_kv_heads, .head_dim = x->ks.head_dim,
-                                  .row = npu_row, .arg = x};
-        if (rl->has_embed && xpf_len(x->pf) < x->seq_len &&
-            sync_back(x, xpf_len(x->pf), e2, sizeof e2)) {
+        struct eng_kv_src rows = xs_rows(s);
+        int held = rl->has_embed ? xpf_agree(s->cpu, s->ids, s->len) : s->len;
+        if (held < s->len && xs_sync_back(s, held, e2, sizeof e2)) {
             fail(x, out, ENG_ERT_ERROR, 0, e2);
             return;
         }
-        xpf_run(x->pf, &x->dev, seq, x->seq_len, &rows, rl, b, out);
+        xpf_run(s->cpu, &x->dev, s, s->len, &rows, rl, b, out);
         return;
     }
-    if (b->n_tokens != 1 || b->n_logits > 1) {
-        fail(x, out, ENG_ERT_ERROR, 0, "the xrt device runs one position per batch");
+    int n = b->n_tokens;
+    if (n > ENG_MAX_BATCH || b->n_logits > 1) {
+        fail(x, out, ENG_ERT_ERROR, 0, "the xrt device computes the logits of a batch's last "
+             "position only");
         return;
     }
-    int cmd = 0;
-    if (rl->has_embed) {
-        if (x->seq_len >= x->capacity) {
-            fail(x, out, ENG_ERT_ERROR, 0, "the sequence fills the NPU's KV buffers");
-            return;
-        }
-        float *xr = xrtb_bo_map(x->b, x->glob_bo[x->xres]);
-        if (patch_position(x, x->seq_len, e2, sizeof e2) ||
-            eng_npu_embed_row(x->st, x->ks.embed_tensor, b->tokens[0], x->hidden, xr, e2,
-                              sizeof e2) ||
-            xrtb_bo_sync(x->b, x->glob_bo[x->xres], true, (size_t)x->hidden * 4, 0, e2,
-                         sizeof e2)) {
+    if (s->len + n > x->capacity) {
+        fail(x, out, ENG_ERT_ERROR, 0, "the sequence fills the NPU's KV buffers");
+        return;
+    }
+    int cmd0 = rl->has_embed ? 1 : 0, nl = rl->layer_end - rl->layer_begin;
+    bool single = x->single || eng__xrt_forced_single();
+    for (int t = 0; t < n; t++) {
+        /* one position: its residual stays in xres from runlist to runlist */
+        if ((rl->has_embed || n > 1) && enter(x, rl, b, t, s->len + t, e2, sizeof e2)) {
             fail(x, out, ENG_ERT_ERROR, 0, e2);
             return;
         }
-        cmd = 1;
-    }
-    int n = rl->layer_end - rl->layer_begin;
-    if (n > 0) {
-        struct xrtb_status st;
-        bool single = x->single || eng__xrt_forced_single();
-        xrtb_set_runlist(x->b, !single);
-        xrtb_submit(x->b, &x->layer_run[rl->layer_begin], n, x->cfg.timeout_ms,
-                    b->cancel ? cancelled : NULL, (const void *)b->cancel, &st);
-        if (st.state != ENG_ERT_COMPLETED) {
-            /* AUTO's ladder: the planner halves K after each failure; when even a
-             * runlist of one layer fails, runlists themselves are the problem. */
-            if (n == 1 && !single && x->cfg.submit == ENG_XRT_SUBMIT_AUTO)
-                x->to_single = true;
-            fail_status(x, out, &st, cmd + (st.failed >= 0 ? st.failed : 0));
+        if (nl > 0) {
+            struct xrtb_status st;
+            xrtb_set_runlist(x->b, !single);
+            xrtb_submit(x->b, &s->run[rl->layer_begin], nl, x->cfg.timeout_ms,
+                        b->cancel ? cancelled : NULL, (const void *)b->cancel, &st);
+            if (st.state != ENG_ERT_COMPLETED) {
+                /* AUTO's ladder: the planner halves K after each failure; when even a
+                 * runlist of one layer fails, runlists themselves are the problem. */
+                if (nl == 1 && !single && x->cfg.submit == ENG_XRT_SUBMIT_AUTO)
+                    x->to_single = true;
+                fail_status(x, out, &st, cmd0 + (st.failed >= 0 ? st.failed : 0));
+                return;
+            }
+        }
+        if (n > 1 && !rl->has_head && keep(x, t, e2, sizeof e2)) {
+            fail(x, out, ENG_ERT_ERROR, cmd0, e2);
             return;
         }
     }
     if (rl->has_head) {
         int head = rl->n_cmds - 1;
-        if (b->logits) {
+        if (b->logits) {   /* the batch's last position is in xres */
             struct xrtb_status st;
             xrtb_submit(x->b, x->tail_run, x->ks.n_tail, x->cfg.timeout_ms,
                         b->cancel ? cancelled : NULL, (const void *)b->cancel, &st);
@@ -652,7 +556,7 @@ static void x_run_runlist(void *ctx, eng_device_seq *seq, const struct eng_runli
             }
             memcpy(b->logits, xrtb_bo_map(x->b, lg), (size_t)x->n_vocab * 4);
         }
-        x->seq_len++;
+        s->len += n;
     }
     out->state = ENG_ERT_COMPLETED;
 }
@@ -670,8 +574,7 @@ static int x_reset(void *ctx, char *err, size_t errlen)
     if (rc)
         return eng__fail(err, errlen, rc, "xrt device: reset failed: %s", e2);
     x->needs_reset = false;
-    x->seq_len = 0;     /* the device-side KV is lost */
-    xpf_truncate(x->pf, 0);
+    xs_lost_all(x);     /* the device-side KV is lost */
     if (x->to_single && !x->single) {
         x->single = true;
         x->changed = true;
@@ -692,8 +595,10 @@ static bool x_reset_changed_mode(void *ctx)
 static void x_close(void *ctx)
 {
     struct xrt_dev *x = ctx;
+    xs_free_slots(x);
     xpf_free(x->pf);
     free(x->kv_scratch);
+    free(x->xres_keep);
     xrtb_close(x->b);
     eng_st_free(x->st);
     eng_kset_free(&x->ks);
@@ -702,7 +607,6 @@ static void x_close(void *ctx)
     free(x->patch);
     free(x->glob_bo);
     free(x->layer_bo);
-    free(x->layer_run);
     free((char *)x->cfg.kernels_dir);
     free((char *)x->cfg.accel_node);
     free(x);
@@ -714,10 +618,13 @@ static const struct eng_device_i xrt_iface = {
     .default_k = x_default_k,
     .max_batch = x_max_batch,
     .load_model = x_load_model,
-    .seq_begin = x_seq_begin,
-    .seq_end = x_seq_end,
-    .seq_truncate = x_seq_truncate,
-    .seq_write_kv = x_seq_write_kv,
+    .max_seqs = xs_max_seqs,
+    .seq_begin = xs_seq_begin,
+    .seq_end = xs_seq_end,
+    .seq_truncate = xs_seq_truncate,
+    .seq_write_kv = xs_seq_write_kv,
+    .prefill_start = xs_prefill_start,
+    .prefill_finish = xs_prefill_finish,
     .run_runlist = x_run_runlist,
     .reset = x_reset,
     .reset_changed_mode = x_reset_changed_mode,
@@ -735,6 +642,10 @@ int eng__device_xrt_open(const struct eng_device_opts *o, struct eng_device **ou
      * or leave the next wait in NEW; perm, attnpos, cossin, kvrow write one thing
      * wrong (model.h). */
     xrtdbl_set_model(true);
+    /* XRT_MODEL_RUN_US: each run also takes this long, the host waiting (sleeping)
+     * as for a real NPU: what the CPU can do beside it shows in wall time. */
+    const char *ru = getenv("XRT_MODEL_RUN_US");
+    xrtdbl_set_run_us(ru ? atoi(ru) : 0);
     const char *mf = getenv("XRT_MODEL_FAULT");
     int at = -1;
     if (mf && strcmp(mf, "runlists") == 0)

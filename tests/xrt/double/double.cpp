@@ -34,6 +34,7 @@ struct dstate {
     int executed = 0;      // runs handed to the "device" since the reset
     int completed = 0;
     bool model = false;    // runs compute (the functional model, model.h)
+    int run_us = 0;        // each completing run also takes this long (an NPU's time)
     std::vector<std::string> xclbins;   // by xclbin id
     std::string model_error;            // the last run the model refused
 };
@@ -161,6 +162,8 @@ namespace {
 ert_cmd_state compute(xrt::run_impl &r)
 {
     dstate &s = S();
+    if (s.run_us > 0)   // the host waits while the device works: it sleeps
+        std::this_thread::sleep_for(std::chrono::microseconds(s.run_us));
     if (!s.model)
         return ERT_CMD_STATE_COMPLETED;
     const xrt::bo_impl *instr = r.bos[1].get();
@@ -547,8 +550,15 @@ extern "C" {
 void xrtdbl_reset(void)
 {
     bool model = S().model;
+    int run_us = S().run_us;
     S() = dstate{};
     S().model = model;
+    S().run_us = run_us;
+}
+
+void xrtdbl_set_run_us(int us)
+{
+    S().run_us = us;
 }
 
 void xrtdbl_set_model(bool on)

@@ -58,6 +58,10 @@ void xrtdbl_set_fail_device(bool on);
  * what its kernel computes, through the functional model (model.h); a run the
  * model refuses ends in TIMEOUT (it would hang) or ERROR. */
 void xrtdbl_set_model(bool on);
+/* Every run that completes also takes `us` microseconds of wall time, the host's
+ * thread sleeping meanwhile as it waits for a real NPU (kept across xrtdbl_reset;
+ * 0 = none): what lets host work beside NPU runs show in wall time. */
+void xrtdbl_set_run_us(int us);
 /* The model's last refusal, "" when none. */
 const char *xrtdbl_model_error(void);
 
