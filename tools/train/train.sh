@@ -1,19 +1,39 @@
 #!/bin/sh
 # The demo model, from nothing: tools/train/train.sh [OUT] (default models/minicpm5-demo).
-# Two runs of tools/train/train.py, seed 1, one torch thread (53 min in all on this
-# 2-core machine, beside another training run): 4,000 steps from a fresh model with
-# the induction circuit wired in; then 1,200 steps on fresh conversations at a lower
-# learning rate, half the batches from the copying skills (echo, the call, JSON),
-# all through the Q4_1 fake quantization. Debian's /usr/bin/python3 with python3-torch,
-# python3-numpy and python3-jinja2 (and libopenblas0-pthread). See tools/train/README.md.
+# Six runs of tools/train/train.py, seed 1 (96 min in all on this 2-core machine, the
+# first two beside another training run with one torch thread, the others with two):
+#   1. 4,000 steps from a fresh model with the induction circuit wired in;
+#   2. 1,200 steps on fresh conversations at a lower learning rate, half the batches
+#      from the copying skills (echo, the call, JSON);
+#   3. 1,200 steps with 60 % of the copied words, cities and names from a wide
+#      vocabulary (accents, other scripts, emoji) and 20 % of the conversations
+#      off-skill (answered with the capability line, or Open WebUI's tasks with JSON);
+#   4. 400 steps of the plain mix with those shares, at a lower rate;
+#   5. and 6. 300 steps each with a quarter, then half, more arithmetic.
+# Stages 2-6 run all through the Q4_1 fake quantization. Debian's /usr/bin/python3 with
+# python3-torch, python3-numpy and python3-jinja2 (and libopenblas0-pthread: without
+# it torch's reference BLAS makes every step ~10x slower). See tools/train/README.md.
 set -eu
 cd "$(dirname "$0")/../.."
 out=${1:-models/minicpm5-demo}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-/usr/bin/python3 tools/train/train.py --out "$tmp/stage1" --lr 1e-3 --induction-init \
+t=tools/train/train.py
+/usr/bin/python3 $t --out "$tmp/stage1" --lr 1e-3 --induction-init \
     --space-merges 700 --space-init --steps 4000 --batch-tokens 3072 --examples 80000 \
     --eval-every 500 --eval-n 8 --qat-frac 0.2
-/usr/bin/python3 tools/train/train.py --out "$out" --init "$tmp/stage1" --stage 1 --lr 3e-4 \
+/usr/bin/python3 $t --out "$tmp/stage2" --init "$tmp/stage1" --stage 1 --lr 3e-4 \
     --steps 1200 --batch-tokens 3072 --examples 50000 --copy-warmup 1 --copy-mix 0.5 \
     --eval-every 600 --eval-n 8 --qat-frac 1.0
+/usr/bin/python3 $t --out "$tmp/stage3" --init "$tmp/stage2" --stage 2 --lr 5e-4 \
+    --steps 1200 --batch-tokens 3072 --examples 20000 --copy-warmup 1 --copy-mix 0.5 \
+    --wide 0.6 --offskill 0.2 --eval-every 200 --eval-n 4 --qat-frac 1.0 --threads 2
+/usr/bin/python3 $t --out "$tmp/stage4" --init "$tmp/stage3" --stage 3 --lr 2e-4 \
+    --steps 400 --batch-tokens 3072 --examples 20000 --wide 0.6 --offskill 0.15 \
+    --eval-every 200 --eval-n 4 --qat-frac 1.0 --threads 2
+/usr/bin/python3 $t --out "$tmp/stage5" --init "$tmp/stage4" --stage 4 --lr 1e-4 \
+    --steps 300 --batch-tokens 3072 --examples 20000 --wide 0.6 --offskill 0.15 \
+    --arith-extra 0.25 --eval-every 300 --eval-n 4 --qat-frac 1.0 --threads 2
+/usr/bin/python3 $t --out "$out" --init "$tmp/stage5" --stage 5 --lr 1e-4 \
+    --steps 300 --batch-tokens 3072 --examples 20000 --wide 0.6 --offskill 0.15 \
+    --arith-extra 0.5 --eval-every 300 --eval-n 4 --qat-frac 1.0 --threads 2
