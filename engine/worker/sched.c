@@ -16,7 +16,12 @@
  *      of them (llama.cpp's continuous batching, vLLM's); on one that does not
  *      (the NPU's kernels decode one position per run, and the sim models it) one
  *      sequence after the other, each its own runlists: token-granularity round
- *      robin, so a short request finishes while a long one streams.
+ *      robin, so a short request finishes while a long one streams. There, a
+ *      prompt chunk the device can compute off this thread while others run
+ *      (eng_device_prefill_start: xrt's prompt on the CPU beside NPU decode)
+ *      goes to the background; the sequence waits out the steps until it is
+ *      done, and the next step's start collects it (its hand-off to the device
+ *      runs here). A step with only background work waits for it.
  *
  * Numerics: every kernel computes a token's row the same whatever else is in the
  * batch (engine/model/model.h, eng_seqs_embed), so a sequence's tokens are the
@@ -46,7 +51,9 @@
  * struct eng_device_error; the others just replay. On a batching device a failed
  * step fails every sequence in it. When the reset itself fails the device is down:
  * every running sequence ends in the non-retryable device error, and each new
- * request tries the reset again first. */
+ * request tries the reset again first. Background chunks are waited out and
+ * dropped before a reset (their sequences replay like the others) and before a
+ * sequence ends. */
 #include "engine/worker/worker-impl.h"
 #include "util/clock.h"
 
