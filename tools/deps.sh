@@ -11,10 +11,11 @@ run_pkgs=(gcc pkg-config meson ninja-build libmicrohttpd-dev libjansson-dev libu
 # stress-ng: the suite is run beside `stress-ng --cpu 2` to show it does not
 # depend on timing. clang + libclang-rt-14-dev: the libFuzzer targets. python3-jinja2: renders the
 # official chat template as the oracle for ours. python3-torch: the smoke test of
-# the demo model's training recipe (tools/train; about 230 MB installed). chromium: the
-# browser tests of the page (driven by puppeteer-core, tests/browser).
+# the demo model's training recipe (tools/train; about 230 MB installed), with
+# libopenblas0-pthread (torch on Debian's reference BLAS alone trains ~10x slower).
+# chromium: the browser tests of the page (driven by puppeteer-core, tests/browser).
 test_pkgs=(libcriterion-dev curl systemd python3 python3-jinja2 python3-numpy g++ clang libclang-rt-14-dev
-           python3-torch python3-jsonschema stress-ng chromium)
+           python3-torch libopenblas0-pthread python3-jsonschema stress-ng chromium)
 
 want=("${run_pkgs[@]}")
 [ "${1:-run}" = test ] && want+=("${test_pkgs[@]}")
