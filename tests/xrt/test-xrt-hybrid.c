@@ -84,21 +84,6 @@ static void run(struct path *p, const int32_t *t, int n, enum eng_phase ph, int 
                      "%s", res.message);
 }
 
-static void top5(const float *z, int n, int out[5])
-{
-    for (int k = 0; k < 5; k++) {
-        int best = -1;
-        for (int i = 0; i < n; i++) {
-            bool taken = false;
-            for (int j = 0; j < k; j++)
-                taken = taken || out[j] == i;
-            if (!taken && (best < 0 || z[i] > z[best]))
-                best = i;
-        }
-        out[k] = best;
-    }
-}
-
 /* One turn: the prompt t[0..n) after `cached` positions the device holds, in
  * batches of the device's max_batch, then n_gen greedy tokens. */
 static void turn(struct path *p, const int32_t *t, int n, int n_gen)
@@ -157,15 +142,6 @@ static int compare(const struct path *c, const struct path *npu, const char *wha
     return ties;
 }
 
-static void prompt(int32_t *t, int n, int V, uint64_t seed)
-{
-    uint64_t r = seed * 0x9e3779b97f4a7c15ull + 1;
-    for (int i = 0; i < n; i++) {
-        r = r * 6364136223846793005ull + 1442695040888963407ull;
-        t[i] = (int32_t)((r >> 33) % (uint64_t)V);
-    }
-}
-
 /* Prompts of lens[0..n) tokens, n_gen greedy tokens, then a second turn of 12 tokens
  * on the same sequence: cpu and npu prefill agree on every step. */
 static void agreement(const char *preset_pack, const char *kdir, const int *lens, int n,
@@ -182,7 +158,7 @@ static void agreement(const char *preset_pack, const char *kdir, const int *lens
     for (int i = 0; i < n; i++) {
         int32_t *t = malloc((size_t)(lens[i] + 16) * sizeof *t);
         cr_assert(t);
-        prompt(t, lens[i], V, (uint64_t)i + 1);
+        random_ids(t, lens[i], 0, V, (uint64_t)i + 1);
         struct path c, u;
         int ctx = lens[i] + 2 * n_gen + 16;
         path_open(&c, pack, kdir, ENG_XRT_PREFILL_CPU, ctx);
@@ -222,7 +198,7 @@ static void agreement(const char *preset_pack, const char *kdir, const int *lens
         /* Turn 2: the last greedy token (not yet in the KV) and 11 new ones. */
         int32_t t2[12];
         t2[0] = c.toks[n_gen - 1];
-        prompt(t2 + 1, 11, V, (uint64_t)i + 101);
+        random_ids(t2 + 1, 11, 0, V, (uint64_t)i + 101);
         turn(&c, t2, 12, n_gen);
         turn(&u, t2, 12, n_gen);
         snprintf(what, sizeof what, "%d tokens, turn 2", lens[i]);
@@ -273,20 +249,7 @@ MCD_TEST(hybrid, tiny_cpu_and_npu_prefill_agree, .timeout = 1200)
  * heads replicated 2x, as MiniCPM5's 2 are to 8). */
 MCD_TEST(hybrid, replicated_kv_heads_agree)
 {
-    static char d[2048];
-    snprintf(d, sizeof d, "%s/tiny-kv4", work());
-    struct stat st;
-    if (stat(d, &st) != 0) {
-        char cmd[8192];
-        snprintf(cmd, sizeof cmd, "'%s' gen --preset tiny --kv-heads 4 --seed 11 --out '%s.tmp' "
-                 ">/dev/null 2>&1 && mv '%s.tmp' '%s'", getenv("MINICPMD_PACK"), d, d, d);
-        cr_assert_eq(system(cmd), 0, "%s", cmd);
-    }
-    char kd[2048], cmd[8192];
-    snprintf(kd, sizeof kd, "%s/kset-tiny-kv4", work());
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' && /usr/bin/python3 -B '%s' '%s' '%s' --designs "
-             "--max-ctx 256", kd, getenv("MINICPMD_MKKSET"), d, kd);
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    const char *d = kv_pack_dir("tiny", 4), *kd = kv_kset_dir(d, "tiny-kv4", 256);
     static const int lens[] = {40};
     agreement(d, kd, lens, 1, 16, XH_TIE);
 }
@@ -321,20 +284,7 @@ MCD_TEST(hybrid, b2_with_8_kv_heads_agree, .timeout = 3600)
 {
     if (!long_run())
         cr_skip_test("MiniCPM5-2B's shapes: with MINICPMD_XRT_LONG=1 (tools/test.sh --long)");
-    static char d[2048];
-    snprintf(d, sizeof d, "%s/2b-kv8", work());
-    struct stat st;
-    if (stat(d, &st) != 0) {
-        char cmd[8192];
-        snprintf(cmd, sizeof cmd, "'%s' gen --preset 2b --kv-heads 8 --seed 11 --out '%s.tmp' "
-                 ">/dev/null 2>&1 && mv '%s.tmp' '%s'", getenv("MINICPMD_PACK"), d, d, d);
-        cr_assert_eq(system(cmd), 0, "%s", cmd);
-    }
-    char kd[2048], cmd[8192];
-    snprintf(kd, sizeof kd, "%s/kset-2b-kv8-hybrid", work());
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' && /usr/bin/python3 -B '%s' '%s' '%s' --designs "
-             "--max-ctx 256", kd, getenv("MINICPMD_MKKSET"), d, kd);
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    const char *d = kv_pack_dir("2b", 8), *kd = kv_kset_dir(d, "2b-kv8-hybrid", 256);
     static const int lens[] = {16, 24, 64, 128};
     agreement(d, kd, lens, 4, 8, XH_TIE_2B);
 }
@@ -391,8 +341,8 @@ MCD_TEST(hybrid, background_prefill_beside_decode)
     xrtdbl_set_model(true);
     xmodel_reset();
     int32_t pa[40], pb[97], ta[16], tb[8], ra[16], rb[8];
-    prompt(pa, 40, V, 7);
-    prompt(pb, 97, V, 8);
+    random_ids(pa, 40, 0, V, 7);
+    random_ids(pb, 97, 0, V, 8);
     float *lga = malloc((size_t)V * sizeof *lga), *lgb = malloc((size_t)V * sizeof *lgb);
     cr_assert(lga && lgb);
     struct eng_plan plan;
@@ -479,7 +429,7 @@ MCD_TEST(hybrid, npu_batch_of_several_positions)
     xrtdbl_set_model(true);
     xmodel_reset();
     int32_t p[6], t1[8], t2[8];
-    prompt(p, 6, V, 21);
+    random_ids(p, 6, 0, V, 21);
     float *l1 = malloc((size_t)V * sizeof *l1), *l2 = malloc((size_t)V * sizeof *l2);
     cr_assert(l1 && l2);
     int ks[] = {ENG_PLAN_ALL, 1};

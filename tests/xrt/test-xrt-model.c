@@ -83,21 +83,6 @@ static int side_step(struct side *s, int32_t tok, struct eng_run_result *res)
     return 0;
 }
 
-static void top5(const float *z, int n, int out[5])
-{
-    for (int k = 0; k < 5; k++) {
-        int best = -1;
-        for (int i = 0; i < n; i++) {
-            bool taken = false;
-            for (int j = 0; j < k; j++)
-                taken = taken || out[j] == i;
-            if (!taken && (best < 0 || z[i] > z[best]))
-                best = i;
-        }
-        out[k] = best;
-    }
-}
-
 static double logsumexp(const float *z, int n)
 {
     double m = z[0], s = 0.0;
@@ -230,32 +215,6 @@ MCD_TEST(model, each_corruption_makes_the_comparison_fail)
  * kernel set's spec has them. The pack is 1.9 GB (about 30 s to generate) and
  * even 4 + 2 tokens take over a minute with it on this class of machine, so the
  * case runs only with MINICPMD_XRT_LONG=1 (tools/test.sh --long): the full 64 + 32. */
-static const char *pack_2b8(void)
-{
-    static char d[2048];
-    snprintf(d, sizeof d, "%s/2b-kv8", work());
-    struct stat st;
-    if (stat(d, &st) != 0) {
-        char cmd[10000];
-        snprintf(cmd, sizeof cmd, "'%s' gen --preset 2b --kv-heads 8 --seed 11 --out '%s.tmp' "
-                 ">/dev/null 2>&1 && mv '%s.tmp' '%s'", getenv("MINICPMD_PACK"), d, d, d);
-        cr_assert_eq(system(cmd), 0, "%s", cmd);
-    }
-    return d;
-}
-
-static const char *kset_2b8(void)
-{
-    static char d[2048];
-    snprintf(d, sizeof d, "%s/kset-2b-kv8", work());
-    char cmd[10000];
-    snprintf(cmd, sizeof cmd,
-             "rm -rf '%s' && /usr/bin/python3 -B '%s' '%s' '%s' --max-ctx 128 --designs",
-             d, getenv("MINICPMD_MKKSET"), pack_2b8(), d);
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
-    return d;
-}
-
 MCD_TEST(model, b2_with_8_kv_heads_agrees_with_the_cpu_f32, .timeout = 1800)
 {
     const char *lg = getenv("MINICPMD_XRT_LONG");
@@ -263,7 +222,8 @@ MCD_TEST(model, b2_with_8_kv_heads_agrees_with_the_cpu_f32, .timeout = 1800)
         cr_skip_test("MiniCPM5-2B's shapes: with MINICPMD_XRT_LONG=1 (tools/test.sh --long)");
     int n_prompt = 64, n_gen = 32;
     struct agree a;
-    agreement(pack_2b8(), kset_2b8(), n_prompt, n_gen, XM_FAULT_NONE, &a);
+    const char *pack = kv_pack_dir("2b", 8);
+    agreement(pack, kv_kset_dir(pack, "2b-kv8", 128), n_prompt, n_gen, XM_FAULT_NONE, &a);
     report("2b kv8, 64 + 32, clean:", &a);
     cr_assert(agrees(&a, n_gen), "the functional model disagrees with the CPU (f32)");
 }

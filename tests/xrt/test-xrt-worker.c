@@ -122,15 +122,6 @@ static void submit(struct wfx *f, struct wrec *r, const int32_t *prompt, int n, 
     eng_gen_req_free(q);
 }
 
-static void prompt(int32_t *t, int n, int V, uint64_t seed)
-{
-    uint64_t r = seed * 0x9e3779b97f4a7c15ull + 1;
-    for (int i = 0; i < n; i++) {
-        r = r * 6364136223846793005ull + 1442695040888963407ull;
-        t[i] = (int32_t)(3 + (r >> 33) % (uint64_t)(V - 3));
-    }
-}
-
 MCD_TEST(xrt_worker, second_prompt_on_the_cpu_while_the_first_decodes, .timeout = 600)
 {
     const char *kdir = kset_dir("tiny", "worker", "--designs --max-ctx 1200");
@@ -141,8 +132,8 @@ MCD_TEST(xrt_worker, second_prompt_on_the_cpu_while_the_first_decodes, .timeout 
     struct wfx f;
     wfx_open(&f, kdir);
     int V = eng_pack_get_info(f.pack)->hp.n_vocab;
-    prompt(pa, 24, V, 3);
-    prompt(pb, 300, V, 4);
+    random_ids(pa, 24, 3, V, 3);
+    random_ids(pb, 300, 3, V, 4);
 
     /* one after the other */
     struct wrec *ra = calloc(1, sizeof *ra), *rb = calloc(1, sizeof *rb);

@@ -124,6 +124,62 @@ static inline int decode(struct step *s, struct eng_device *d, int32_t tok,
     return 0;
 }
 
+/* A pack of `preset` with its KV heads stored `kv` times over (MiniCPM5's 2 as the
+ * kernel set's 8), generated once under work(): WORK/PRESET-kvKV. */
+static inline const char *kv_pack_dir(const char *preset, int kv)
+{
+    static char d[2048];
+    snprintf(d, sizeof d, "%s/%s-kv%d", work(), preset, kv);
+    struct stat st;
+    if (stat(d, &st) != 0) {
+        char cmd[8192];
+        snprintf(cmd, sizeof cmd, "'%s' gen --preset %s --kv-heads %d --seed 11 --out '%s.tmp' "
+                 ">/dev/null 2>&1 && mv '%s.tmp' '%s'", getenv("MINICPMD_PACK"), preset, kv, d,
+                 d, d);
+        cr_assert_eq(system(cmd), 0, "%s", cmd);
+    }
+    return d;
+}
+
+/* A stand-in kernel set (mkkset.py --designs) for the pack in `pack`, made anew in
+ * WORK/kset-NAME with room for max_ctx positions. */
+static inline const char *kv_kset_dir(const char *pack, const char *name, int max_ctx)
+{
+    static char d[2048];
+    char cmd[8192];
+    snprintf(d, sizeof d, "%s/kset-%s", work(), name);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && /usr/bin/python3 -B '%s' '%s' '%s' --designs "
+             "--max-ctx %d", d, getenv("MINICPMD_MKKSET"), pack, d, max_ctx);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    return d;
+}
+
+/* The 5 largest of z[0 .. n), largest first. */
+static inline void top5(const float *z, int n, int out[5])
+{
+    for (int k = 0; k < 5; k++) {
+        int best = -1;
+        for (int i = 0; i < n; i++) {
+            bool taken = false;
+            for (int j = 0; j < k; j++)
+                taken = taken || out[j] == i;
+            if (!taken && (best < 0 || z[i] > z[best]))
+                best = i;
+        }
+        out[k] = best;
+    }
+}
+
+/* n token ids in [lo, V) from `seed` (an LCG: the same on every machine). */
+static inline void random_ids(int32_t *t, int n, int lo, int V, uint64_t seed)
+{
+    uint64_t r = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (int i = 0; i < n; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        t[i] = (int32_t)(lo + (r >> 33) % (uint64_t)(V - lo));
+    }
+}
+
 static inline size_t count_lines(const char *needle)
 {
     size_t n = 0;

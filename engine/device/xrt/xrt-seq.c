@@ -227,7 +227,9 @@ int xs_prefill_start(void *ctx, eng_device_seq *s, const struct eng_batch *b)
         return 0;
     if (xpf_busy(x->pf))
         return -EBUSY;
-    if (!xpf_takes(x->pf, x->cfg.prefill, b, x->opts.log, x->opts.log_ctx))
+    /* the reason is logged by whichever runs the batch: here when it starts, else
+     * run_runlist */
+    if (!xpf_takes(x->pf, x->cfg.prefill, b, NULL, NULL))
         return 0;
     int held = xpf_agree(s->cpu, s->ids, s->len);
     if (held < s->len && xs_sync_back(s, held, e2, sizeof e2))
@@ -237,6 +239,8 @@ int xs_prefill_start(void *ctx, eng_device_seq *s, const struct eng_batch *b)
     memcpy(s->ids + s->len, b->tokens, (size_t)b->n_tokens * sizeof *s->ids);
     struct eng_kv_src rows = xs_rows(s);
     int rc = xpf_start(s->cpu, s->len, &rows, b, e2, sizeof e2);
+    if (rc == 0)
+        xpf_takes(x->pf, x->cfg.prefill, b, x->opts.log, x->opts.log_ctx);
     return rc == 0 ? 1 : rc == -EBUSY ? -EBUSY : 0;
 }
 
