@@ -1,6 +1,7 @@
-/* The decode kernel chosen by measurement at load (engine/model/kchoice.c): the
+/* The decode kernels chosen by measurement at load (engine/model/kchoice.c): the
  * mechanism, never which kernel is faster (that is the host's business). Every
- * usable kernel is in the table and the chosen one among them; with a state
+ * usable kernel is in the tables (one token, and decode batches: the 4-token
+ * prompt here runs on the batches' kernel) and the chosen ones among them; with a state
  * directory the choice is written to cpu-kernels.json under this CPU's key and a
  * second load takes it from there; a remembered kernel is used whatever it is
  * (and gives the same logits: every kernel has the reference's bits); a corrupt,
@@ -99,11 +100,16 @@ static json_t *read_entry(const struct eng_model_info *mi)
     const char *key = json_string_value(json_object_get(e, "key"));
     cr_assert(key && strstr(key, want), "key '%s' lacks '%s'", key ? key : "(none)", want);
     cr_assert_str_eq(json_string_value(json_object_get(e, "kernel")), mi->decode_kernel);
-    json_t *rates = json_object_get(e, "rates");
+    cr_assert_str_eq(json_string_value(json_object_get(e, "few_kernel")), mi->few_kernel);
+    json_t *rates = json_object_get(e, "rates"), *few = json_object_get(e, "few_rates");
     cr_assert_eq(json_object_size(rates), (size_t)mi->n_decode_rates);
-    for (int i = 0; i < mi->n_decode_rates; i++)
+    cr_assert_eq(json_object_size(few), (size_t)mi->n_decode_rates);
+    for (int i = 0; i < mi->n_decode_rates; i++) {
         cr_assert(json_is_number(json_object_get(rates, mi->decode_rates[i].name)), "%s",
                   mi->decode_rates[i].name);
+        cr_assert(json_is_number(json_object_get(few, mi->few_rates[i].name)), "%s",
+                  mi->few_rates[i].name);
+    }
     return e;
 }
 
@@ -112,15 +118,20 @@ static json_t *read_entry(const struct eng_model_info *mi)
 static void check_table(const struct eng_model_info *mi)
 {
     const char *names[8];
-    int n = eng_decode_kernels(names, 8), found = 0;
+    int n = eng_decode_kernels(names, 8), found = 0, found_few = 0;
     cr_assert_eq(mi->n_decode_rates, n);
     for (int i = 0; i < n; i++) {
         cr_assert_str_eq(mi->decode_rates[i].name, names[i]);
+        cr_assert_str_eq(mi->few_rates[i].name, names[i]);
         cr_assert_gt(mi->decode_rates[i].gb_s, 0.0, "%s", names[i]);
+        cr_assert_gt(mi->few_rates[i].gb_s, 0.0, "%s", names[i]);
         found += strcmp(names[i], mi->decode_kernel) == 0;
+        found_few += strcmp(names[i], mi->few_kernel) == 0;
     }
     cr_assert_eq(found, 1, "chosen '%s' not in the table", mi->decode_kernel);
+    cr_assert_eq(found_few, 1, "chosen '%s' not in the table", mi->few_kernel);
     cr_assert_str_eq(eng_decode_kernel(), mi->decode_kernel);
+    cr_assert_str_eq(eng_few_kernel(), mi->few_kernel);
 }
 
 MCD_TEST(kchoice, measured_then_remembered_then_any_remembered_kernel)
@@ -155,24 +166,40 @@ MCD_TEST(kchoice, measured_then_remembered_then_any_remembered_kernel)
     check_table(mi);
     eng_model_free(m);
 
-    /* Any remembered kernel is taken as it is, and gives the same logits. */
-    for (int i = 0; i < n; i++) {
-        json_object_set_new(e, "kernel", json_string(names[i]));
+    /* Any remembered pair of kernels is taken as it is, and gives the same logits. */
+    for (int i = 0; i < n * n; i++) {
+        json_object_set_new(e, "kernel", json_string(names[i % n]));
+        json_object_set_new(e, "few_kernel", json_string(names[i / n]));
         json_t *root = json_pack("{s:i, s:[O]}", "version", 1, "entries", e);
         cr_assert_eq(json_dump_file(root, file, 0), 0);
         json_decref(root);
         m = open_model(p, state, ENG_ACT_Q8);
         mi = eng_model_get_info(m);
         cr_assert_str_eq(mi->decode_choice, "remembered");
-        cr_assert_str_eq(mi->decode_kernel, names[i]);
+        cr_assert_str_eq(mi->decode_kernel, names[i % n]);
+        cr_assert_str_eq(mi->few_kernel, names[i / n]);
+        cr_assert_str_eq(eng_few_kernel(), names[i / n]);
         float *got = run(m, nv);
-        cr_assert_eq(memcmp(ref, got, bytes), 0, "decode kernel %s: other logits", names[i]);
+        cr_assert_eq(memcmp(ref, got, bytes), 0, "kernels %s, %s: other logits", names[i % n],
+                     names[i / n]);
         free(got);
         eng_model_free(m);
     }
     /* One this CPU cannot run: measured again, and the file rewritten. */
     json_object_set_new(e, "kernel", json_string("no-such-kernel"));
     json_t *root = json_pack("{s:i, s:[O]}", "version", 1, "entries", e);
+    cr_assert_eq(json_dump_file(root, file, 0), 0);
+    json_decref(root);
+    m = open_model(p, state, ENG_ACT_Q8);
+    mi = eng_model_get_info(m);
+    cr_assert_str_eq(mi->decode_choice, "measured");
+    json_decref(read_entry(mi));
+    eng_model_free(m);
+    /* An entry with no batches' kernel (written before there was a choice of
+     * it): measured again. */
+    json_object_set_new(e, "kernel", json_string(names[0]));
+    json_object_del(e, "few_kernel");
+    root = json_pack("{s:i, s:[O]}", "version", 1, "entries", e);
     cr_assert_eq(json_dump_file(root, file, 0), 0);
     json_decref(root);
     m = open_model(p, state, ENG_ACT_Q8);
@@ -251,6 +278,8 @@ MCD_TEST(kchoice, forced_isa_and_f32_keep_their_kernel)
     const struct eng_model_info *mi = eng_model_get_info(m);
     cr_assert_str_eq(mi->decode_choice, "forced");
     cr_assert_str_eq(mi->decode_kernel, dflt);
+    cr_assert_str_eq(mi->few_kernel, dflt);
+    cr_assert_str_eq(eng_few_kernel(), dflt);
     cr_assert_neq(access(file, F_OK), 0, "a forced load wrote %s", file);
     eng_model_free(m);
     eng_pack_free(p);

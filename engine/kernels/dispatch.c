@@ -102,9 +102,11 @@ static const struct kern_decode {
     { "avx2", eng__matvec_q4_1_q8_avx2, eng__matmul_q4_1_q8_avx2_small, NEED_AVX2 },
 };
 #define KERN_N_DECODES (int)(sizeof kern_decodes / sizeof *kern_decodes)
-/* the active table with its decode kernels swapped (eng_decode_kernel_set) */
+/* the active table with its decode kernels swapped (eng_decode_kernel_set,
+ * eng_few_kernel_set) */
 static struct kern_table kern_custom;
 static _Atomic(const char *) kern_decode_name;
+static _Atomic(const char *) kern_few_name; /* NULL: the decode kernel's own */
 
 static int cpu_has(enum eng_isa isa)
 {
@@ -162,6 +164,7 @@ static int set_isa(enum eng_isa isa)
     }
     atomic_store(&kern_active_isa, (int)isa);
     atomic_store(&kern_decode_name, (const char *)NULL);
+    atomic_store(&kern_few_name, (const char *)NULL);
     atomic_store(&kern_active, t);
     return 0;
 }
@@ -243,7 +246,45 @@ int eng_decode_kernel_set(const char *name)
     kern_custom.q4_1_q8 = d->one;
     kern_custom.q4_1_q8_few = d->few;
     atomic_store(&kern_decode_name, d->name);
+    atomic_store(&kern_few_name, (const char *)NULL);
     atomic_store(&kern_active, (const struct kern_table *)&kern_custom);
+    return 0;
+}
+
+const char *eng_few_kernel(void)
+{
+    const char *name = atomic_load(&kern_few_name);
+    return name ? name : eng_decode_kernel();
+}
+
+int eng_few_kernel_set(const char *name)
+{
+    const struct kern_table *t = kern_get();
+    const struct kern_decode *d = decode_find(name);
+    if (!d)
+        return name && strcmp(name, eng_few_kernel()) == 0 ? 0 : -1;
+    if (t != &kern_custom)
+        kern_custom = *t;
+    kern_custom.q4_1_q8_few = d->few;
+    atomic_store(&kern_few_name, d->name);
+    atomic_store(&kern_active, (const struct kern_table *)&kern_custom);
+    return 0;
+}
+
+int eng_few_kernel_run(const char *name, const uint8_t *chunks, int in, int row_begin,
+                       int row_end, const struct eng_q8x *xq, int n_tok, float *y, int ldy)
+{
+    const struct kern_decode *d = decode_find(name);
+    if (n_tok < 2 || n_tok > ENG_GEMV_MAX_TOK)
+        return -1;
+    if (d && d->few)
+        d->few(chunks, in, row_begin, row_end, xq, n_tok, y, ldy);
+    else if (d) /* no few-token form: the tile kernel serves, as in eng_matmul_q4_1_q8_rows */
+        kern_get()->q4_1_q8_mm(chunks, in, row_begin, row_end, xq, n_tok, y, ldy);
+    else if (name && strcmp(name, "scalar") == 0)
+        eng__matmul_q4_1_q8_scalar(chunks, in, row_begin, row_end, xq, n_tok, y, ldy);
+    else
+        return -1;
     return 0;
 }
 

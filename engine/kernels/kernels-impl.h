@@ -150,7 +150,6 @@ void eng__matvec_q4_1_q8_vbmi(const uint8_t *chunks, int in, int row_begin, int 
                               const struct eng_q8x *xq, float *y);
 /* 2 .. ENG_GEMV_MAX_TOK tokens in one pass over the weights, each token's y bit for
  * bit eng__matvec_q4_1_q8_vbmi's (batched decode); more tokens in blocks of that. */
-#define ENG_GEMV_MAX_TOK 4
 void eng__matmul_q4_1_q8_vbmi_small(const uint8_t *chunks, int in, int row_begin, int row_end,
                                     const struct eng_q8x *xq, int n_tok, float *y, int ldy);
 /* gemv-avx2.c: one token, y bit for bit eng__matmul_q4_1_q8_avx2's (decode), and

@@ -79,6 +79,20 @@ const char *eng_decode_kernel(void);
  * the active ISA cannot use it. */
 int eng_decode_kernel_run(const char *name, const uint8_t *chunks, int in, int row_begin,
                           int row_end, const struct eng_q8x *xq, float *y);
+/* The most tokens a decode batch's kernel takes in one pass over the weights. */
+#define ENG_GEMV_MAX_TOK 4
+/* The kernel for a decode batch of 2 .. ENG_GEMV_MAX_TOK tokens (--parallel)
+ * follows the decode kernel unless set apart: which form is fastest differs
+ * (on a 256-bit datapath the AVX2 one-token kernel beats the VBMI one, while
+ * VBMI's few-token form, vpdpbusd with broadcast x, is far ahead at 4 tokens).
+ * Names as above; set: 0, or -1 when the active ISA cannot use it; reset by
+ * eng_decode_kernel_set and eng_kernels_set_isa. */
+int eng_few_kernel_set(const char *name);
+const char *eng_few_kernel(void);
+/* Run `name`'s few-token form on n_tok (2 .. ENG_GEMV_MAX_TOK) tokens of xq
+ * (eng_q8x_quantize_batch) into y (ldy floats per token): 0, or -1. */
+int eng_few_kernel_run(const char *name, const uint8_t *chunks, int in, int row_begin,
+                       int row_end, const struct eng_q8x *xq, int n_tok, float *y, int ldy);
 
 /* The ISA the kernels currently use. */
 enum eng_isa eng_kernels_isa(void);

@@ -73,6 +73,11 @@ struct eng_model_info {
         const char *name;
         double gb_s;
     } decode_rates[4];
+    /* The kernel of decode batches of 2 .. ENG_GEMV_MAX_TOK tokens (eng_few_kernel),
+     * chosen alike at that many tokens: every candidate's rate there, GB/s of
+     * weights (n_decode_rates of them). */
+    const char *few_kernel;
+    struct eng_decode_rate few_rates[4];
     int64_t weights_bytes;       /* copy: bytes copied (all but the embedding) */
     int64_t weights_huge_bytes;  /* copy: of those, in huge pages at load (smaps
                                     AnonHugePages, or all with hugetlb); -1: unknown */

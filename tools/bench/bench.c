@@ -3,7 +3,7 @@
  *
  *   minicpmd-bench PACKDIR [--threads N] [--prompt N] [--gen N] [--reps N]
  *                          [--act q8|f32] [--isa scalar|avx2|avx512] [--json]
- *                          [--decode-kernel vbmi|vnni-tile|avx2]
+ *                          [--decode-kernel vbmi|vnni-tile|avx2] [--few-kernel K]
  *                          [--hybrid N [--npu-tps R] [--npu-kv-heads H]]
  *
  * Prefill: one eng_seq_forward() of an N-token prompt (random ids, fixed seed).
@@ -22,9 +22,10 @@
  * bandwidth from minute to minute, that is the ratio that means something.
  * --isa limits the kernels and the roofs alike to a lesser ISA (what a CPU
  * without AVX-512 would run, measured here).
- * The decode kernel is the model's choice at load (engine/model/kchoice.c: each
- * candidate timed on the pack's matrices; the table is printed) unless --isa or
- * --decode-kernel forces one. The report names the CPU (cpuid family, model,
+ * The decode kernel and the kernel of decode batches are the model's choice at
+ * load (engine/model/kchoice.c: each candidate timed on the pack's matrices; the
+ * tables are printed) unless --isa, --decode-kernel (both) or --few-kernel (the
+ * batches') forces one. The report names the CPU (cpuid family, model,
  * brand string).
  *
  * --hybrid N instead reports the time to first token of an N-token prompt prefilled
@@ -62,6 +63,7 @@ struct bench_opts {
     enum eng_act act;
     int isa;                    /* -1: the best this CPU has, else an enum eng_isa */
     const char *decode_kernel;  /* forced after load (eng_decode_kernel_set), or NULL */
+    const char *few_kernel;     /* forced after that (eng_few_kernel_set), or NULL */
     enum eng_weights_place weights;
     struct hybrid_opts hybrid;  /* .tokens > 0: --hybrid */
 };
@@ -104,7 +106,7 @@ static void usage(FILE *f)
     fprintf(f, "Usage: minicpmd-bench PACKDIR [--threads N] [--prompt N (512)] [--gen N (64)]\n"
                "                      [--batch N (1..16: also decode N sequences as one batch)]\n"
                "                      [--reps N (3)] [--act q8|f32] [--isa scalar|avx2|avx512]\n"
-               "                      [--decode-kernel vbmi|vnni-tile|avx2]\n"
+               "                      [--decode-kernel vbmi|vnni-tile|avx2] [--few-kernel K]\n"
                "                      [--weights mmap|copy|auto (auto)] [--json]\n"
                "                      [--hybrid N [--npu-tps R (26)] [--npu-kv-heads H (8)]]\n"
                "Prefill and decode tokens/s of the CPU forward pass, medians over --reps,\n"
@@ -136,7 +138,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         {"isa", required_argument, NULL, 'i'},     {"weights", required_argument, NULL, 'w'},
         {"batch", required_argument, NULL, 'b'},   {"decode-kernel", required_argument, NULL, 'k'},
         {"hybrid", required_argument, NULL, 'H'},  {"npu-tps", required_argument, NULL, 'N'},
-        {"npu-kv-heads", required_argument, NULL, 'K'},
+        {"npu-kv-heads", required_argument, NULL, 'K'}, {"few-kernel", required_argument, NULL, 'f'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     *o = (struct bench_opts){ .prompt = 512, .gen = 64, .reps = 3, .act = ENG_ACT_Q8, .isa = -1,
@@ -159,6 +161,9 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
             break;
         case 'k':
             o->decode_kernel = optarg;
+            break;
+        case 'f':
+            o->few_kernel = optarg;
             break;
         case 'H':
             rc = parse_int("hybrid", optarg, 1, &o->hybrid.tokens);
@@ -428,6 +433,8 @@ static void report(const struct bench_opts *o, const struct eng_pack_info *pi,
     struct eng_cpu_ident cpu;
     eng_cpu_ident(&cpu);
     const char *dk = eng_decode_kernel(), *how = o->decode_kernel ? "forced" : mi->decode_choice;
+    const char *fk = eng_few_kernel();
+    const char *fhow = o->few_kernel || o->decode_kernel ? "forced" : mi->decode_choice;
 
     if (o->json) {
         json_t *j = json_pack(
@@ -446,15 +453,20 @@ static void report(const struct bench_opts *o, const struct eng_pack_info *pi,
             "roof_read_paired_gb_s", r->roof_paired_gbs, "roof_read_paired_min_gb_s",
             r->roof_paired_min, "roof_read_paired_max_gb_s", r->roof_paired_max,
             "decode_bw_ratio_paired", r->decode_paired_ratio, "prefill_macs_per_token", macs);
-        json_t *rates = json_object();
-        for (int i = 0; rates && i < mi->n_decode_rates; i++)
+        json_t *rates = json_object(), *frates = json_object();
+        for (int i = 0; rates && frates && i < mi->n_decode_rates; i++) {
             json_object_set_new(rates, mi->decode_rates[i].name, json_real(mi->decode_rates[i].gb_s));
+            json_object_set_new(frates, mi->few_rates[i].name, json_real(mi->few_rates[i].gb_s));
+        }
         if (j && (json_object_set_new(j, "cpu_family", json_integer(cpu.family)) ||
                   json_object_set_new(j, "cpu_model", json_integer(cpu.model)) ||
                   json_object_set_new(j, "cpu_name", json_string(cpu.name)) ||
                   json_object_set_new(j, "decode_kernel", json_string(dk)) ||
                   json_object_set_new(j, "decode_choice", json_string(how)) ||
-                  json_object_set_new(j, "decode_kernel_gb_s", rates ? rates : json_null()))) {
+                  json_object_set_new(j, "decode_kernel_gb_s", rates ? rates : json_null()) ||
+                  json_object_set_new(j, "few_kernel", json_string(fk)) ||
+                  json_object_set_new(j, "few_choice", json_string(fhow)) ||
+                  json_object_set_new(j, "few_kernel_gb_s", frates ? frates : json_null()))) {
             json_decref(j);
             j = NULL;
         }
@@ -480,6 +492,12 @@ static void report(const struct bench_opts *o, const struct eng_pack_info *pi,
     for (int i = 0; i < mi->n_decode_rates; i++)
         printf("%s %s %.1f", i ? "," : ":", mi->decode_rates[i].name, mi->decode_rates[i].gb_s);
     printf("%s)\n", mi->n_decode_rates ? " GB/s on the pack's layers at load" : "");
+    printf("batch kernel    %s (%s", fk, fhow);
+    for (int i = 0; i < mi->n_decode_rates; i++)
+        printf("%s %s %.1f", i ? "," : ":", mi->few_rates[i].name, mi->few_rates[i].gb_s);
+    if (mi->n_decode_rates)
+        printf(" GB/s at %d tokens", ENG_GEMV_MAX_TOK);
+    printf(")\n");
     printf("weights         %s", mi->weights);
     if (strcmp(mi->weights, "copy") == 0)
         printf(", %.0f of %.0f MiB in huge pages", mi->weights_huge_bytes / 1048576.0,
@@ -541,10 +559,13 @@ int main(int argc, char **argv)
     }
     r.load_s = ut_now_s() - t0;
     const struct eng_model_info *mi = eng_model_get_info(model);
-    if (o.decode_kernel && eng_decode_kernel_set(o.decode_kernel) != 0) {
+    if ((o.decode_kernel && eng_decode_kernel_set(o.decode_kernel) != 0) ||
+        (o.few_kernel && eng_few_kernel_set(o.few_kernel) != 0)) {
         const char *names[8];
         int n = eng_decode_kernels(names, 8);
-        fprintf(stderr, "minicpmd-bench: --decode-kernel %s: not usable here (usable:", o.decode_kernel);
+        fprintf(stderr, "minicpmd-bench: --%s %s: not usable here (usable:",
+                o.few_kernel && strcmp(eng_few_kernel(), o.few_kernel) ? "few-kernel" : "decode-kernel",
+                o.few_kernel && strcmp(eng_few_kernel(), o.few_kernel) ? o.few_kernel : o.decode_kernel);
         for (int i = 0; i < n; i++)
             fprintf(stderr, " %s", names[i]);
         fprintf(stderr, ")\n");
