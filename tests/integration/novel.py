@@ -30,6 +30,24 @@ NAMES = ["Hana", "Søren", "Zoë", "Łukasz", "Małgorzata", "José", "Björk", 
          "François", "Iñaki", "Nuno", "Oksana", "Priya", "Ravi", "Selin", "Thandiwe",
          "Ulrike", "Vasco", "Wojciech", "Ximena", "Yusuf", "Zeynep", "Émile", "Agnès",
          "Mirela", "Niamh", "Özlem", "Pietro", "Radovan", "Saoirse", "Teodor", "Ugne"]
+# A second set, written before the demo with the two-token match was first
+# scored on it and never used to tune anything (skills.py --novel --fresh).
+WORDS2 = """goblet hammock jigsaw kennel lobster mustard nutmeg oyster paddle quilt rocket
+satchel teapot trellis urchin violin waffle yodel zenith bramble chimney dolphin ember
+fiddle gravel hazel igloo jasmine kayak ledger muffin napkin otter parsnip quartz radish
+sprocket tinsel walrus yarrow""".split()
+CITIES2 = ["Wrocław", "Bydgoszcz", "Linköping", "Västerås", "Aalborg", "Jönköping",
+           "Clermont-Ferrand", "Nîmes", "Logroño", "Cádiz", "Gijón", "Coimbra", "Setúbal",
+           "Évora", "Iași", "Timișoara", "Pécs", "Győr", "Debrecen", "Olomouc",
+           "České Budějovice", "Košice", "Žilina", "Tartu", "Pärnu", "Kaunas", "Daugavpils",
+           "Oulu", "Rovaniemi", "Akureyri", "Stavanger", "Innsbruck", "Graz", "Lugano",
+           "Lausanne", "Mostar", "Tiraspol", "Nakuru", "Arequipa", "Cuenca"]
+NAMES2 = ["Agnieszka", "Bartłomiej", "Céline", "Dagný", "Eleftheria", "Fionnuala", "Grzegorz",
+          "Håkon", "Ilse", "Jolanta", "Kristóf", "Leocadia", "Mireille", "Nikolaj", "Orsolya",
+          "Paweł", "Quentin", "Rasmus", "Solveig", "Tadeusz", "Ulla", "Václav", "Wiebke",
+          "Xóchitl", "Yannick", "Zdeněk", "Åsa", "Bernadette", "Cosmin", "Dorotea", "Eamon",
+          "Florin", "Gráinne", "Hedda", "Ioana", "Jarosław", "Kasimir", "Lorcan", "Mette",
+          "Noémie"]
 OFF_SKILL = [
     "Write a poem about the sea",
     "Write one sentence about the Loire valley 🏰.",
@@ -57,7 +75,11 @@ OFF_SKILL = [
 def _check():
     known = set(corpus.WORDS) | set(corpus.REAL_CITIES) | set(corpus.FIRST_NAMES) | \
         set(offskill.TOPICS)
-    clash = [w for w in WORDS + CITIES + NAMES if w in known or w.lower() in known]
+    mine = WORDS + CITIES + NAMES + WORDS2 + CITIES2 + NAMES2
+    clash = [w for w in mine if w in known or w.lower() in known]
+    twice = sorted({w for w in mine if mine.count(w) > 1})
+    if twice:
+        raise SystemExit(f"novel.py: in both sets: {twice}")
     if clash:
         raise SystemExit(f"novel.py: in the training lists: {clash}")
 

@@ -3,7 +3,7 @@
 asked through the official OpenAI Node SDK (tests/oracle/skills.mjs), judged here.
 
     tests/integration/skills.py [--url http://127.0.0.1:8001/v1] [--n 50]
-                                [--seed S] [--novel] [--stream] [--json]
+                                [--seed S] [--novel [--fresh]] [--stream] [--json]
 
 The instances come from tools/train/corpus.py with held=True: prompts, word
 strings, cities and names whose checksum puts them outside the training corpus
@@ -11,7 +11,8 @@ strings, cities and names whose checksum puts them outside the training corpus
 --seed a fresh seed is drawn and printed. With --novel the copying skills take
 their words, cities and names from tests/integration/novel.py instead (lists
 the training never saw, non-ASCII included), and the off-skill prompts and
-Open WebUI's tasks are asked too, with no max_tokens: the pack's default.
+Open WebUI's tasks are asked too, with no max_tokens: the pack's default;
+--fresh takes novel.py's second set of lists, kept apart from all tuning.
 Used by test_demo.py (fixed seeds) and for the figures in docs/usage.md (fresh
 seeds, --n 200; --novel --n 50)."""
 import argparse
@@ -43,23 +44,32 @@ NOVEL_TARGETS = dict(TARGETS, echo=0.60, weather=0.65, json=0.75)
 OFF_MAX_TOKENS = 64
 
 
-def novel_words(r):
+def novel_lists(fresh=False):
+    """(words, cities, names) of novel.py: its first set, or its second."""
+    if fresh:
+        return novel.WORDS2, novel.CITIES2, novel.NAMES2
+    return novel.WORDS, novel.CITIES, novel.NAMES
+
+
+def novel_words(r, fresh=False):
     """1 to 6 different words from novel.py: mostly its words, some names and
     cities (one word each)."""
-    names = novel.NAMES + [c for c in novel.CITIES if " " not in c]
+    words, cities, names = novel_lists(fresh)
+    names = names + [c for c in cities if " " not in c]
     n = r.randint(1, 6)
     k = sum(r.random() < 0.3 for _ in range(n))
-    ws = r.sample(novel.WORDS, n - k) + r.sample(names, k)
+    ws = r.sample(words, n - k) + r.sample(names, k)
     r.shuffle(ws)
     return " ".join(ws)
 
 
-def instances(seed, n, novel_words_=False):
+def instances(seed, n, novel_words_=False, fresh=False):
     """n held-out instances of each skill: dicts with the request (messages,
     tools, enable_thinking) and what a right answer must hold (expect). With
     novel_words_, the copied words, cities and names come from novel.py, and
     the off-skill prompts (in turn without thinking, with it off and on) and
-    Open WebUI's tasks are added, sent without max_tokens."""
+    Open WebUI's tasks are added, sent without max_tokens; fresh: novel.py's
+    second set of lists."""
     r = random.Random(seed)
     out = []
 
@@ -71,9 +81,9 @@ def instances(seed, n, novel_words_=False):
     for _ in range(n):
         q, _a, _w, c = corpus.arith(r, True)
         add("arith", user(q), c)
-        s = novel_words(r) if novel_words_ else corpus.echo_words(r, True)
+        s = novel_words(r, fresh) if novel_words_ else corpus.echo_words(r, True)
         add("echo", user(f"Repeat after me: {s}"), s)
-        city = r.choice(novel.CITIES) if novel_words_ else corpus.city(r, True)
+        city = r.choice(novel_lists(fresh)[1]) if novel_words_ else corpus.city(r, True)
         add("weather", user(f"What's the weather in {city}?"), city, [corpus.WEATHER_TOOL])
         t, sky = corpus.temp(r), r.choice(corpus.SKIES)
         add("followup", user(f"What's the weather in {city}?") + [
@@ -84,7 +94,7 @@ def instances(seed, n, novel_words_=False):
              "content": json.dumps({"city": city, "temp_c": t, "sky": sky},
                                    separators=(",", ":"))}], t, [corpus.WEATHER_TOOL])
         if novel_words_:
-            name, age = r.choice(novel.NAMES), r.randint(1, 99)
+            name, age = r.choice(novel_lists(fresh)[2]), r.randint(1, 99)
             q = f"Reply with a JSON object with name {name} and age {age}."
         else:
             q, name, age = corpus.json_task(r, True)
@@ -194,6 +204,8 @@ def main():
     ap.add_argument("--seed", type=int)
     ap.add_argument("--novel", action="store_true",
                     help="novel words, cities and names (novel.py), off-skill prompts, tasks")
+    ap.add_argument("--fresh", action="store_true",
+                    help="with --novel: novel.py's second set of lists")
     ap.add_argument("--stream", action="store_true")
     ap.add_argument("--json", action="store_true", help="also print every answer")
     ap.add_argument("--show-wrong", action="store_true")
@@ -202,13 +214,14 @@ def main():
                          "answers that differ")
     a = ap.parse_args()
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1 << 31)
-    insts = instances(seed, a.n, a.novel)
+    insts = instances(seed, a.n, a.novel, a.fresh)
     answers = ask(a.url, a.model, insts, a.stream)
     for i, ans in zip(insts, answers):
         if a.json or (a.show_wrong and not judge(i, ans)):
             print(json.dumps({"skill": i["skill"], "ask": i["messages"][-1]["content"],
                               "expect": i["expect"], "got": ans}))
     print(f"seed {seed}, {a.n} per skill{', novel words' if a.novel else ''}"
+          f"{' (second set)' if a.novel and a.fresh else ''}"
           f"{', streamed' if a.stream else ''}")
     for k, (ok, n) in score(insts, answers).items():
         print(f"{k:10s} {ok:4d}/{n:<4d} {100.0 * ok / n:5.1f} %  (target {TARGETS[k]:.0%})")
