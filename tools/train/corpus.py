@@ -217,13 +217,16 @@ def temp(r):
 class Gen:
     """Conversations for training (held=False) or evaluation (held=True)."""
 
-    def __init__(self, seed, held=False, copy=False, arith=0.0, wide=0.0, off=0.0):
+    def __init__(self, seed, held=False, copy=False, arith=0.0, wide=0.0, off=0.0,
+                 task_weather=0.0):
         self.r = random.Random(seed)
         self.held = held
         self.copy = copy     # only the copying skills (echo, the call, JSON): the warm-up
         self.arith = arith   # this share of the conversations is arithmetic, on top of the mix
         self.wide = wide     # this share of copied words, cities, names: the wide vocabulary
         self.off = off       # this share of the conversations is off-skill (offskill.py)
+        # this share of the turns in an Open WebUI task's chat is a weather answer
+        self.task_weather = task_weather
 
     def mode(self):
         k = self.r.random()
@@ -341,7 +344,12 @@ class Gen:
         if r.random() < 0.3:
             hist = []
             for _ in range(1 if r.random() < 0.6 else r.randint(2, 3)):
-                if r.random() < 0.5:
+                if self.task_weather and r.random() < self.task_weather:
+                    c, t, sky = city(r, self.held, self.wide), temp(r), r.choice(SKIES)
+                    hist += [{"role": "user", "content": f"What's the weather in {c}?"},
+                             {"role": "assistant",
+                              "content": f"It is {t} degrees Celsius and {sky} in {c}."}]
+                elif r.random() < 0.5:
                     hist += [{"role": "user", "content": self.off_prompt()},
                              {"role": "assistant", "content": offskill.CAPABILITY}]
                 else:

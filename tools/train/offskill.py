@@ -181,32 +181,52 @@ def wide_word(r, words):
     """One word from the wide vocabulary."""
     k = r.random()
     n = r.randint(2, 9)
-    if k < 0.3:                                     # Latin letters, some accented
+    if k < 0.22:                                    # Latin letters, some accented
         acc = r.choice([0.1, 0.3, 0.6])
         return "".join(r.choice(ACCENTED) if r.random() < acc else r.choice(LOWER)
                        for _ in range(n))
-    if k < 0.5:                                     # a real word with accents put in
+    if k < 0.40:                                    # a real word with accents put in
         w = list(r.choice(words))
         for i in range(len(w)):
             if r.random() < 0.25:
                 w[i] = r.choice(ACCENTED)
         return "".join(w)
-    if k < 0.62:
+    if k < 0.50:
         return "".join(r.choice(GREEK) for _ in range(n))
-    if k < 0.76:
+    if k < 0.62:
         return "".join(r.choice(CYRILLIC) for _ in range(n))
-    if k < 0.82:
+    if k < 0.67:
         return "".join(r.choice(CJK) for _ in range(r.randint(1, 4)))
-    if k < 0.86:
+    if k < 0.71:
         return r.choice(EMOJI) + ("" if r.random() < 0.5 else r.choice(EMOJI))
-    if k < 0.93:                                    # any code point below U+2000 that prints
+    if k < 0.78:                                    # any code point below U+2000 that prints
         out = []
         while len(out) < n:
             c = chr(r.randint(0x21, 0x1fff))
             if c.isprintable() and not c.isspace() and c not in '"\\<>':
                 out.append(c)
         return "".join(out)
+    if k < 0.93:
+        return infix_word(r)
     return "".join(r.choice(LOWER) for _ in range(n))
+
+
+# Words the demo says or reads all the time (its capability line, the prompts):
+# BPE joins each with the space before it (" add", " and"), and the model comes
+# to expect that token wherever the letters stand.
+COMMON = ("add and subtract numbers up to repeat words call get weather write small "
+          "objects tiny demo model can what is the in after me reply with name age "
+          "city sky it degrees").split()
+
+
+def infix_word(r):
+    """A word with a common word inside it (s-add-le, l-and-ing): inside a word
+    its letters are a piece without the space, which the copy must not trade
+    for the common " add"."""
+    w = r.choice(COMMON)
+    a = "".join(r.choice(LOWER) for _ in range(r.randint(0, 2)))
+    b = "".join(r.choice(LOWER) for _ in range(r.randint(0 if a else 1, 3)))
+    return a + w + b
 
 
 def rhyme_words(r, words, n):

@@ -8,7 +8,10 @@
      itself checked against Hugging Face's) give the same ids on rendered training
      conversations and odd strings, for that tokenizer and for the committed
      models/minicpm5-demo/tokenizer.json;
-  3. the shared-prefix forward pass of training equals the plain one.
+  3. the shared-prefix forward pass of training equals the plain one;
+  4. the wired induction circuit copies at step 0 (the demo's shape, random
+     token strings): ~all of a wide alphabet, and with the two-token match far
+     more of strings whose tokens repeat than with the one-token match alone.
 
     smoke.py MINICPMD_PACK WORKDIR
 Exit 77 (skip) when python3-torch or python3-jinja2 is missing."""
@@ -32,6 +35,8 @@ except ImportError as e:
 import corpus  # noqa: E402
 import render  # noqa: E402
 import tok  # noqa: E402
+import train  # noqa: E402
+import wiring  # noqa: E402
 from model import Config, LlamaForCausalLM  # noqa: E402
 
 ODD = ["Hello, world!  It's 12345 o'clock\n\n  x", "a\r\n b  \n\t c", "don't   stop'LL",
@@ -46,6 +51,27 @@ def run(*cmd, **kw):
         sys.exit(f"FAIL: {' '.join(map(str, cmd))} exited {r.returncode}:\n"
                  f"{r.stdout.decode(errors='replace')}{r.stderr.decode(errors='replace')}")
     return r.stdout
+
+
+def check_wiring():
+    """Step-0 copying of the wired circuit in the demo's shape."""
+    import random
+    rng = random.Random(0)
+    wide, few = list(range(30, 1900)), rng.sample(range(30, 1900), 16)
+    acc = {}
+    for two in (False, True):
+        torch.manual_seed(1)
+        m = LlamaForCausalLM(Config(**train.PRESETS["demo"]))
+        wiring.wire_induction(m, two_back=two)
+        with torch.no_grad():
+            m.lm_head.weight.copy_(m.model.embed_tokens.weight)
+        acc[two] = (wiring.copy_accuracy(m, wide, n=60), wiring.copy_accuracy(m, few, n=60))
+    print(f"step 0 copy, one-token match: {acc[False][0]:.3f} of a wide alphabet, "
+          f"{acc[False][1]:.3f} of 16 tokens; with the two-token match: "
+          f"{acc[True][0]:.3f}, {acc[True][1]:.3f}")
+    if min(acc[False][0], acc[True][0]) < 0.95 or acc[True][1] < 0.85 or \
+            acc[True][1] < acc[False][1] + 0.15:
+        sys.exit("FAIL: the wired circuit does not copy as wiring.py says")
 
 
 def check_tokenizer(pack_bin, tok_path, n=150):
@@ -78,7 +104,8 @@ def main():
     out = run("/usr/bin/python3", os.path.join(HERE, "train.py"), "--out", hf, "--preset",
               "smoke", "--steps", "6", "--batch-tokens", "1024", "--examples", "300",
               "--tok-examples", "300", "--eval-every", "0", "--qat-frac", "0.5",
-              "--space-merges", "60", "--space-init", "--induction-init")
+              "--space-merges", "60", "--space-init", "--induction-init",
+              "--two-back")
     print(out.decode().rstrip())
     for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
               "generation_config.json", "chat_template.jinja"):
@@ -105,6 +132,7 @@ def main():
     if err > 1e-4:
         sys.exit(f"FAIL: the shared-prefix forward differs by {err}")
     print(f"shared-prefix forward == plain forward (max diff {err:.1e})")
+    check_wiring()
     print("ok")
 
 

@@ -85,11 +85,11 @@ def encode_example(tk, tpl, msgs, tools, mode, train_idx):
     return ids, mask
 
 
-def build_dataset(tk, tpl, seed, n, copy=False, arith=0.0, wide=0.0, off=0.0):
+def build_dataset(tk, tpl, seed, n, copy=False, arith=0.0, wide=0.0, off=0.0, task_weather=0.0):
     """[(prefix index or -1, ids, mask)], prefixes: the system turn of the
     conversations with tools (the long tool preamble), shared in a batch so it
     is computed once per batch rather than once per conversation."""
-    g = corpus.Gen(seed, copy=copy, arith=arith, wide=wide, off=off)
+    g = corpus.Gen(seed, copy=copy, arith=arith, wide=wide, off=off, task_weather=task_weather)
     data, prefixes, pindex = [], [], {}
     for _ in range(n):
         msgs, tools, mode, idx = g.example()
@@ -151,15 +151,16 @@ def synth_copy_batch(rng, vocab_lo, vocab_hi, rows=64, width=26):
     return ids, mask, None
 
 
-def start_model(cfg, tk, tied=False, space=False, induction=False):
+def start_model(cfg, tk, tied=False, space=False, induction=False, two_back=False):
     """A fresh model: the head started as a copy of the embedding (tied; the
     head stays untied), " piece" embeddings as the space's plus the piece's
-    (space), the induction circuit wired in (induction, which implies tied)."""
+    (space), the induction circuit wired in (induction, which implies tied),
+    with its two-token match too (two_back)."""
     model = LlamaForCausalLM(cfg)
     if space:
         space_init(model, tk)
     if induction:
-        wiring.wire_induction(model)
+        wiring.wire_induction(model, two_back=two_back)
     if tied or induction:
         with torch.no_grad():
             model.lm_head.weight.copy_(model.model.embed_tokens.weight)
@@ -283,6 +284,9 @@ def main():
     ap.add_argument("--induction-init", action="store_true",
                     help="start with a previous-token head and an induction head wired in "
                          "(wiring.py; implies --tied-init)")
+    ap.add_argument("--two-back", action="store_true",
+                    help="with --induction-init, also wire the head that matches the two "
+                         "tokens before (a piece that stands twice in a word)")
     ap.add_argument("--arith-extra", type=float, default=0.0,
                     help="this share of the conversations is arithmetic on top of the mix")
     ap.add_argument("--snapshots", action="store_true",
@@ -300,6 +304,9 @@ def main():
     ap.add_argument("--offskill", type=float, default=0.0,
                     help="this share of the conversations off-skill (the capability line, "
                          "Open WebUI's tasks)")
+    ap.add_argument("--task-weather", type=float, default=0.0,
+                    help="this share of the turns in the chats of Open WebUI's tasks is a "
+                         "weather question and its answer (a chat with no tools)")
     ap.add_argument("--layers", type=int, help="override the preset's layer count")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (1: faster than 2 on a busy 2-core machine)")
@@ -318,7 +325,8 @@ def main():
     log(f"tokenizer: {len(tk.vocab)} BPE tokens, {len(tk.merges)} merges, "
         f"<|im_start|> = {tk.im_start} ({time.time() - t0:.0f} s)")
     data, prefixes = build_dataset(tk, tpl, a.seed * 1000 + 2 + 7 * a.stage, a.examples,
-                                   arith=a.arith_extra, wide=a.wide, off=a.offskill)
+                                   arith=a.arith_extra, wide=a.wide, off=a.offskill,
+                                   task_weather=a.task_weather)
     ntok = sum(len(x) for _, x, _ in data)
     nlab = sum(sum(m) for _, _, m in data)
     log(f"corpus: {len(data)} conversations, {ntok} tokens past {len(prefixes)} shared "
@@ -328,7 +336,7 @@ def main():
     if a.layers:
         pc = dict(pc, num_hidden_layers=a.layers)
     cfg = Config(**pc)
-    model = start_model(cfg, tk, a.tied_init, a.space_init, a.induction_init)
+    model = start_model(cfg, tk, a.tied_init, a.space_init, a.induction_init, a.two_back)
     if a.init:
         model.load_state_dict(export.load_safetensors(os.path.join(a.init, "model.safetensors")))
     nparam = sum(p.numel() for p in model.parameters())
@@ -379,9 +387,9 @@ def main():
     note = {"recipe": "tools/train/train.sh", "preset": a.preset, "seed": a.seed,
             "steps": a.steps, "batch_tokens": a.batch_tokens, "lr": a.lr,
             "examples": a.examples, "qat_frac": a.qat_frac, "space_merges": a.space_merges,
-            "induction_init": a.induction_init, "arith_extra": a.arith_extra,
+            "induction_init": a.induction_init, "two_back": a.two_back, "arith_extra": a.arith_extra,
             "copy_warmup": a.copy_warmup, "copy_mix": a.copy_mix, "wide": a.wide,
-            "offskill": a.offskill, "threads": a.threads, "layers": pc["num_hidden_layers"], "init": a.init, "stage": a.stage, "parameters": nparam,
+            "offskill": a.offskill, "task_weather": a.task_weather, "threads": a.threads, "layers": pc["num_hidden_layers"], "init": a.init, "stage": a.stage, "parameters": nparam,
             "train_seconds": round(train_s)}
     if a.init:
         # The stages before, as their checkpoint recorded them, and the time of all.
