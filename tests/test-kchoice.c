@@ -113,6 +113,24 @@ static json_t *read_entry(const struct eng_model_info *mi)
     return e;
 }
 
+/* The file as one entry, e. */
+static void write_entry(json_t *e)
+{
+    json_t *root = json_pack("{s:i, s:[O]}", "version", 1, "entries", e);
+    cr_assert_eq(json_dump_file(root, file, 0), 0);
+    json_decref(root);
+}
+
+/* A load that finds no usable choice in the file measures again and rewrites it. */
+static void expect_measured_again(const eng_pack *p)
+{
+    eng_model *m = open_model(p, state, ENG_ACT_Q8);
+    const struct eng_model_info *mi = eng_model_get_info(m);
+    cr_assert_str_eq(mi->decode_choice, "measured");
+    json_decref(read_entry(mi));
+    eng_model_free(m);
+}
+
 /* The table: every usable kernel once, in eng_decode_kernels' order, the chosen one
  * among them; rates positive when measured or remembered. */
 static void check_table(const struct eng_model_info *mi)
@@ -170,9 +188,7 @@ MCD_TEST(kchoice, measured_then_remembered_then_any_remembered_kernel)
     for (int i = 0; i < n * n; i++) {
         json_object_set_new(e, "kernel", json_string(names[i % n]));
         json_object_set_new(e, "few_kernel", json_string(names[i / n]));
-        json_t *root = json_pack("{s:i, s:[O]}", "version", 1, "entries", e);
-        cr_assert_eq(json_dump_file(root, file, 0), 0);
-        json_decref(root);
+        write_entry(e);
         m = open_model(p, state, ENG_ACT_Q8);
         mi = eng_model_get_info(m);
         cr_assert_str_eq(mi->decode_choice, "remembered");
@@ -187,26 +203,14 @@ MCD_TEST(kchoice, measured_then_remembered_then_any_remembered_kernel)
     }
     /* One this CPU cannot run: measured again, and the file rewritten. */
     json_object_set_new(e, "kernel", json_string("no-such-kernel"));
-    json_t *root = json_pack("{s:i, s:[O]}", "version", 1, "entries", e);
-    cr_assert_eq(json_dump_file(root, file, 0), 0);
-    json_decref(root);
-    m = open_model(p, state, ENG_ACT_Q8);
-    mi = eng_model_get_info(m);
-    cr_assert_str_eq(mi->decode_choice, "measured");
-    json_decref(read_entry(mi));
-    eng_model_free(m);
+    write_entry(e);
+    expect_measured_again(p);
     /* An entry with no batches' kernel (written before there was a choice of
      * it): measured again. */
     json_object_set_new(e, "kernel", json_string(names[0]));
     json_object_del(e, "few_kernel");
-    root = json_pack("{s:i, s:[O]}", "version", 1, "entries", e);
-    cr_assert_eq(json_dump_file(root, file, 0), 0);
-    json_decref(root);
-    m = open_model(p, state, ENG_ACT_Q8);
-    mi = eng_model_get_info(m);
-    cr_assert_str_eq(mi->decode_choice, "measured");
-    json_decref(read_entry(mi));
-    eng_model_free(m);
+    write_entry(e);
+    expect_measured_again(p);
 
     json_decref(e);
     free(ref);
