@@ -235,19 +235,32 @@ static const struct kern_decode *decode_find(const char *name)
     return NULL;
 }
 
-int eng_decode_kernel_set(const char *name)
+/* kern_custom, from the active table unless that is kern_custom already; the
+ * caller swaps its kernels in and then publishes it (custom_publish). */
+static struct kern_table *custom_begin(void)
 {
     const struct kern_table *t = kern_get();
+    if (t != &kern_custom)
+        kern_custom = *t;
+    return &kern_custom;
+}
+
+static void custom_publish(void)
+{
+    atomic_store(&kern_active, (const struct kern_table *)&kern_custom);
+}
+
+int eng_decode_kernel_set(const char *name)
+{
     const struct kern_decode *d = decode_find(name);
     if (!d)
         return name && strcmp(name, eng_decode_kernel()) == 0 ? 0 : -1;
-    if (t != &kern_custom)
-        kern_custom = *t;
-    kern_custom.q4_1_q8 = d->one;
-    kern_custom.q4_1_q8_few = d->few;
+    struct kern_table *t = custom_begin();
+    t->q4_1_q8 = d->one;
+    t->q4_1_q8_few = d->few;
     atomic_store(&kern_decode_name, d->name);
     atomic_store(&kern_few_name, (const char *)NULL);
-    atomic_store(&kern_active, (const struct kern_table *)&kern_custom);
+    custom_publish();
     return 0;
 }
 
@@ -259,15 +272,12 @@ const char *eng_few_kernel(void)
 
 int eng_few_kernel_set(const char *name)
 {
-    const struct kern_table *t = kern_get();
     const struct kern_decode *d = decode_find(name);
     if (!d)
         return name && strcmp(name, eng_few_kernel()) == 0 ? 0 : -1;
-    if (t != &kern_custom)
-        kern_custom = *t;
-    kern_custom.q4_1_q8_few = d->few;
+    custom_begin()->q4_1_q8_few = d->few;
     atomic_store(&kern_few_name, d->name);
-    atomic_store(&kern_active, (const struct kern_table *)&kern_custom);
+    custom_publish();
     return 0;
 }
 

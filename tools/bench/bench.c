@@ -520,6 +520,21 @@ static void report(const struct bench_opts *o, const struct eng_pack_info *pi,
     printf("(prompt %d tokens, %d generated; medians of %d)\n", o->prompt, o->gen, o->reps);
 }
 
+/* --OPT NAME forced with set (NULL: not given): 0, or -1 after naming the
+ * kernels usable here. */
+static int force_kernel(const char *opt, const char *name, int (*set)(const char *))
+{
+    if (!name || set(name) == 0)
+        return 0;
+    const char *names[8];
+    int n = eng_decode_kernels(names, 8);
+    fprintf(stderr, "minicpmd-bench: --%s %s: not usable here (usable:", opt, name);
+    for (int i = 0; i < n; i++)
+        fprintf(stderr, " %s", names[i]);
+    fprintf(stderr, ")\n");
+    return -1;
+}
+
 /* Warnings only: the weights' copy's progress lines would break the report. */
 static void bench_log(void *ctx, enum eng_log_level level, const char *msg)
 {
@@ -559,18 +574,9 @@ int main(int argc, char **argv)
     }
     r.load_s = ut_now_s() - t0;
     const struct eng_model_info *mi = eng_model_get_info(model);
-    if ((o.decode_kernel && eng_decode_kernel_set(o.decode_kernel) != 0) ||
-        (o.few_kernel && eng_few_kernel_set(o.few_kernel) != 0)) {
-        const char *names[8];
-        int n = eng_decode_kernels(names, 8);
-        fprintf(stderr, "minicpmd-bench: --%s %s: not usable here (usable:",
-                o.few_kernel && strcmp(eng_few_kernel(), o.few_kernel) ? "few-kernel" : "decode-kernel",
-                o.few_kernel && strcmp(eng_few_kernel(), o.few_kernel) ? o.few_kernel : o.decode_kernel);
-        for (int i = 0; i < n; i++)
-            fprintf(stderr, " %s", names[i]);
-        fprintf(stderr, ")\n");
+    if (force_kernel("decode-kernel", o.decode_kernel, eng_decode_kernel_set) ||
+        force_kernel("few-kernel", o.few_kernel, eng_few_kernel_set))
         goto out;
-    }
     /* The roofs' own pool, of the model's size. The model's pool is idle (its
      * workers asleep) while a roof runs, and the other way round, so the two
      * never compete. */
