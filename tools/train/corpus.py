@@ -112,12 +112,12 @@ def cap_name(r):
     return w[:1].upper() + w[1:]
 
 
-def city(r, held, wide=0.0):
+def city(r, held, wide=0.0, hard=None):
     """A city name (1 or 2 capitalised words) whose heldout() is `held`; this
     share `wide` from the wide vocabulary (offskill.py)."""
     while True:
         if wide and r.random() < wide:
-            c = offskill.wide_name(r, WORDS)
+            c = offskill.wide_name(r, WORDS, hard)
             if 2 <= len(c) <= 24 and heldout(c) == held:
                 return c
             continue
@@ -132,10 +132,10 @@ def city(r, held, wide=0.0):
             return c
 
 
-def person(r, held, wide=0.0):
+def person(r, held, wide=0.0, hard=None):
     while True:
         if wide and r.random() < wide:
-            c = offskill.wide_name(r, WORDS)
+            c = offskill.wide_name(r, WORDS, hard)
             if 2 <= len(c) <= 18 and heldout(c) == held:
                 return c
             continue
@@ -167,12 +167,24 @@ def working(a, op, b):
     return " ".join(steps + [f"{a} - {b} = {a - b}."])
 
 
-def arith(r, held):
+def arith(r, held, small=0.0):
     """(question, answer, reasoning, result): the answer without thinking
     carries the working; with thinking the working is the reasoning and the
-    answer is the last line."""
+    answer is the last line. This share `small` has one operand below 10, the
+    two within 10 of each other, or an operand of two equal digits (whose tens
+    digit a model looks up at the wrong one of the two)."""
     while True:
         a, b = r.randint(0, 99), r.randint(0, 99)
+        if small and r.random() < small:
+            k = r.random()
+            if k < 0.4:
+                a = r.randint(0, 9)
+            elif k < 0.7:
+                b = max(0, min(99, a + r.randint(-9, 9)))
+            else:
+                a = 11 * r.randint(1, 9)
+            if r.random() < 0.5:
+                a, b = b, a
         op = r.choice("+-")
         q = f"What is {a} {op} {b}?"
         if heldout(q) == held:
@@ -180,7 +192,7 @@ def arith(r, held):
             return q, working(a, op, b), working(a, op, b), c
 
 
-def echo_words(r, held, pseudo=0.0, wide=0.0):
+def echo_words(r, held, pseudo=0.0, wide=0.0, hard=None):
     while True:
         if wide and r.random() < wide:
             n = r.randint(1, 6)
@@ -188,7 +200,7 @@ def echo_words(r, held, pseudo=0.0, wide=0.0):
             if k < 0.2:
                 ws = offskill.rhyme_words(r, WORDS, n)
             else:
-                ws = [offskill.wide_word(r, WORDS) if r.random() < 0.6 else
+                ws = [offskill.wide_word(r, WORDS, hard) if r.random() < 0.6 else
                       pseudo_word(r, 1, 3) if r.random() < 0.5 else r.choice(WORDS)
                       for _ in range(n)]
                 if k < 0.35:
@@ -205,8 +217,8 @@ def echo_words(r, held, pseudo=0.0, wide=0.0):
             return s
 
 
-def json_task(r, held, wide=0.0):
-    name, age = person(r, held, wide), r.randint(1, 99)
+def json_task(r, held, wide=0.0, hard=None):
+    name, age = person(r, held, wide, hard), r.randint(1, 99)
     return f"Reply with a JSON object with name {name} and age {age}.", name, age
 
 
@@ -218,7 +230,7 @@ class Gen:
     """Conversations for training (held=False) or evaluation (held=True)."""
 
     def __init__(self, seed, held=False, copy=False, arith=0.0, wide=0.0, off=0.0,
-                 task_weather=0.0):
+                 task_weather=0.0, hard=None, think=0.0, small=0.0):
         self.r = random.Random(seed)
         self.held = held
         self.copy = copy     # only the copying skills (echo, the call, JSON): the warm-up
@@ -227,6 +239,10 @@ class Gen:
         self.off = off       # this share of the conversations is off-skill (offskill.py)
         # this share of the turns in an Open WebUI task's chat is a weather answer
         self.task_weather = task_weather
+        # (share, pieces, led): this share of the wide words from offskill.hard_word
+        self.hard = hard
+        self.think = think   # this share of the extra arithmetic is asked with thinking on
+        self.small = small   # this share of all arithmetic has the operands arith() names
 
     def mode(self):
         k = self.r.random()
@@ -254,13 +270,13 @@ class Gen:
         r, held = self.r, self.held
         k = 0.0 if force_arith else r.random()
         if k < 0.55:
-            q, a, w, c = arith(r, held)
+            q, a, w, c = arith(r, held, self.small)
             return q, a, w, q[8:-1] + f" = {c}."
         if k < 0.75:
-            s = echo_words(r, held, pseudo=0.0 if held else 0.25, wide=self.wide)
+            s = echo_words(r, held, pseudo=0.0 if held else 0.25, wide=self.wide, hard=self.hard)
             return f"Repeat after me: {s}", s, "The user wants me to repeat the words exactly.", s
         if k < 0.93:
-            q, name, age = json_task(r, held, self.wide)
+            q, name, age = json_task(r, held, self.wide, self.hard)
             a = '{"name": "%s", "age": %d}' % (name, age)
             return q, a, f"A JSON object with the name {name} and the age {age}.", a
         u, a = r.choice(CHAT_OFF if self.off else CHAT)
@@ -282,16 +298,18 @@ class Gen:
         force = bool(self.arith) and r.random() < self.arith
         k = 0.0 if force else r.random()
         mode = self.mode()
+        if force and self.think and r.random() < self.think:
+            mode = True
         if self.copy:
             if k < 0.5:
-                s = echo_words(r, self.held, pseudo=0.5, wide=self.wide)
+                s = echo_words(r, self.held, pseudo=0.5, wide=self.wide, hard=self.hard)
                 msgs = [{"role": "user", "content": f"Repeat after me: {s}"},
                         {"role": "assistant", "content": s}]
                 if mode:
                     msgs[1]["reasoning_content"] = "The user wants me to repeat the words exactly."
                 return msgs, None, mode, [1]
             if k < 0.7:
-                q, name, age = json_task(r, self.held, self.wide)
+                q, name, age = json_task(r, self.held, self.wide, self.hard)
                 msgs = [{"role": "user", "content": q},
                         {"role": "assistant", "content": '{"name": "%s", "age": %d}' % (name, age)}]
                 if mode:
@@ -307,7 +325,7 @@ class Gen:
                 last = {"role": "assistant", "content": a_think, "reasoning_content": why}
             msgs.append(last)
             return msgs, tools, mode, [len(msgs) - 1]
-        c = city(r, self.held, self.wide)
+        c = city(r, self.held, self.wide, self.hard)
         call = {"role": "assistant", "content": "", "tool_calls": [{
             "id": "call_1", "type": "function",
             "function": {"name": "get_weather", "arguments": {"city": c}}}]}
@@ -333,7 +351,7 @@ class Gen:
 
     def off_prompt(self):
         r = self.r
-        names = [lambda: city(r, self.held, self.wide), lambda: person(r, self.held, self.wide)]
+        names = [lambda: city(r, self.held, self.wide, self.hard), lambda: person(r, self.held, self.wide, self.hard)]
         return offskill.off_prompt(r, WORDS, names)
 
     def off_example(self):
@@ -345,7 +363,7 @@ class Gen:
             hist = []
             for _ in range(1 if r.random() < 0.6 else r.randint(2, 3)):
                 if self.task_weather and r.random() < self.task_weather:
-                    c, t, sky = city(r, self.held, self.wide), temp(r), r.choice(SKIES)
+                    c, t, sky = city(r, self.held, self.wide, self.hard), temp(r), r.choice(SKIES)
                     hist += [{"role": "user", "content": f"What's the weather in {c}?"},
                              {"role": "assistant",
                               "content": f"It is {t} degrees Celsius and {sky} in {c}."}]

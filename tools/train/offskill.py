@@ -177,8 +177,11 @@ TASKS = [(t, TITLE) for t in OW_TITLE] + [(OW_TAGS, TAGS), (OW_FOLLOW_UP, FOLLOW
                                           (OW_FOLLOW_UP_OLD, FOLLOW_UPS)]
 
 
-def wide_word(r, words):
-    """One word from the wide vocabulary."""
+def wide_word(r, words, hard=None):
+    """One word from the wide vocabulary; with hard = (share, pieces), that
+    share of them from hard_word."""
+    if hard and r.random() < hard[0]:
+        return hard_word(r, *hard[1:])
     k = r.random()
     n = r.randint(2, 9)
     if k < 0.22:                                    # Latin letters, some accented
@@ -229,6 +232,35 @@ def infix_word(r):
     return a + w + b
 
 
+def hard_word(r, pieces, led=()):
+    """A word the copy gets wrong when it leans on frequency: 2 to 4 random
+    pieces of the tokenizer's own vocabulary (a rare piece's head row is then
+    trained like a common one's, and a piece that is a word after a space
+    stands inside a word), half of them starting with a piece that BPE joins
+    with the space before it (" fer"-ret: the copy must keep the space-led
+    token, not the bare "fer" it sees more often), or a word in which one
+    piece stands twice with different letters after it (Jönköping: after the
+    second "ö" comes "ping", not "nk" again) so the match of the two tokens
+    before decides."""
+    if r.random() < 0.6:
+        first = r.choice(led) if led and r.random() < 0.5 else r.choice(pieces)
+        return first + "".join(r.choice(pieces) for _ in range(r.randint(1, 3)))
+    rep = r.choice(pieces) if r.random() < 0.5 else r.choice(LOWER + ACCENTED)
+    a = "".join(r.choice(pieces) for _ in range(r.randint(0, 1)))
+    b, c = r.choice(pieces), r.choice(pieces)
+    return a + rep + b + rep + c
+
+
+def letter_pieces(tk):
+    """(pieces, led): the tokenizer's pieces that are letters only once a
+    leading space is taken off (at least two), and those of them BPE also
+    joins with a space before them, as text."""
+    out = {tk.decode([i]).lstrip(" ") for i in tk.vocab.values()}
+    pieces = sorted(w for w in out if len(w) >= 2 and w.isalpha())
+    led = sorted({tk.decode([p]) for _, p in tk.space_pairs()} & set(pieces))
+    return pieces, led
+
+
 def rhyme_words(r, words, n):
     """n words sharing an ending (saddle ladder paddle): the copy must use more
     than the one token before."""
@@ -241,14 +273,14 @@ def cap(w):
     return w[:1].upper() + w[1:]
 
 
-def wide_name(r, words):
+def wide_name(r, words, hard=None):
     """A capitalised name: one wide word, or two joined by a space, hyphen or
     apostrophe, sometimes with a particle (São Paulo, Saint-Étienne, Rio de X)."""
     k = r.random()
-    a = cap(wide_word(r, words))
+    a = cap(wide_word(r, words, hard))
     if k < 0.55:
         return a
-    b = cap(wide_word(r, words))
+    b = cap(wide_word(r, words, hard))
     if k < 0.8:
         return a + r.choice(PUNCT_IN_NAME) + b
     return a + " " + r.choice(PARTICLES) + " " + b

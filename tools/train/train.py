@@ -20,6 +20,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import corpus  # noqa: E402
 import export  # noqa: E402
+import offskill  # noqa: E402
 import render  # noqa: E402
 import tok as tokmod  # noqa: E402
 import wiring  # noqa: E402
@@ -64,6 +65,19 @@ def space_init(model, tk):
                 w[t] = v * (w[p].norm() / v.norm())
 
 
+def head_renorm(model):
+    """Scale every lm_head row shorter than the median up to the median norm
+    (its direction kept). A token that is rarely a target (" fer", " Ros",
+    "ana") gets almost only the softmax's push down and the weight decay, and
+    its row shrinks to ~0.6 of the others': copied from a prompt, it then loses
+    to the same letters' bare piece ("fer" after "locket" in an echo)."""
+    with torch.no_grad():
+        w = model.lm_head.weight
+        n = w.norm(dim=1, keepdim=True)
+        med = n.median()
+        w.mul_(torch.where(n < med, med / n.clamp_min(1e-6), torch.ones_like(n)))
+
+
 def encode_example(tk, tpl, msgs, tools, mode, train_idx):
     """Token ids and the loss mask (1 on the trained assistant turns' tokens,
     their closing <|im_end|> included)."""
@@ -85,11 +99,14 @@ def encode_example(tk, tpl, msgs, tools, mode, train_idx):
     return ids, mask
 
 
-def build_dataset(tk, tpl, seed, n, copy=False, arith=0.0, wide=0.0, off=0.0, task_weather=0.0):
+def build_dataset(tk, tpl, seed, n, copy=False, arith=0.0, wide=0.0, off=0.0, task_weather=0.0,
+                  hard=0.0, think=0.0, small=0.0):
     """[(prefix index or -1, ids, mask)], prefixes: the system turn of the
     conversations with tools (the long tool preamble), shared in a batch so it
     is computed once per batch rather than once per conversation."""
-    g = corpus.Gen(seed, copy=copy, arith=arith, wide=wide, off=off, task_weather=task_weather)
+    pieces = (hard, *offskill.letter_pieces(tk)) if hard else None
+    g = corpus.Gen(seed, copy=copy, arith=arith, wide=wide, off=off, task_weather=task_weather,
+                   hard=pieces, think=think, small=small)
     data, prefixes, pindex = [], [], {}
     for _ in range(n):
         msgs, tools, mode, idx = g.example()
@@ -307,6 +324,17 @@ def main():
     ap.add_argument("--task-weather", type=float, default=0.0,
                     help="this share of the turns in the chats of Open WebUI's tasks is a "
                          "weather question and its answer (a chat with no tools)")
+    ap.add_argument("--hard", type=float, default=0.0,
+                    help="this share of the wide words from random pieces of the tokenizer's "
+                         "vocabulary or with a piece twice (offskill.hard_word)")
+    ap.add_argument("--think-arith", type=float, default=0.0,
+                    help="this share of the --arith-extra conversations asked with thinking on")
+    ap.add_argument("--small-operands", type=float, default=0.0,
+                    help="this share of the sums has one operand below 10 or the two close")
+    ap.add_argument("--embed-decay", type=float, default=0.1,
+                    help="weight decay of the embedding and lm_head (the other matrices: 0.1)")
+    ap.add_argument("--head-renorm", action="store_true",
+                    help="start with the lm_head rows below the median norm scaled up to it")
     ap.add_argument("--layers", type=int, help="override the preset's layer count")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (1: faster than 2 on a busy 2-core machine)")
@@ -326,7 +354,8 @@ def main():
         f"<|im_start|> = {tk.im_start} ({time.time() - t0:.0f} s)")
     data, prefixes = build_dataset(tk, tpl, a.seed * 1000 + 2 + 7 * a.stage, a.examples,
                                    arith=a.arith_extra, wide=a.wide, off=a.offskill,
-                                   task_weather=a.task_weather)
+                                   task_weather=a.task_weather, hard=a.hard,
+                                   think=a.think_arith, small=a.small_operands)
     ntok = sum(len(x) for _, x, _ in data)
     nlab = sum(sum(m) for _, _, m in data)
     log(f"corpus: {len(data)} conversations, {ntok} tokens past {len(prefixes)} shared "
@@ -339,11 +368,16 @@ def main():
     model = start_model(cfg, tk, a.tied_init, a.space_init, a.induction_init, a.two_back)
     if a.init:
         model.load_state_dict(export.load_safetensors(os.path.join(a.init, "model.safetensors")))
+    if a.head_renorm:
+        head_renorm(model)
     nparam = sum(p.numel() for p in model.parameters())
     log(f"model: {nparam} parameters")
-    decay = [p for n, p in model.named_parameters() if p.dim() == 2]
+    embed = ("model.embed_tokens.weight", "lm_head.weight")
+    decay = [p for n, p in model.named_parameters() if p.dim() == 2 and n not in embed]
+    emb = [p for n, p in model.named_parameters() if n in embed]
     other = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": emb, "weight_decay": a.embed_decay},
                              {"params": other, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
     warm = max(1, a.steps // 50)
@@ -352,7 +386,7 @@ def main():
     it = batches(data, a.batch_tokens, rng)
     if a.copy_warmup:
         cdata, cpref = build_dataset(tk, tpl, a.seed * 1000 + 5 + 7 * a.stage, a.copy_warmup * 20 + int(a.steps * a.copy_mix * 20), True,
-                                     wide=a.wide)
+                                     wide=a.wide, hard=a.hard)
         cit = batches(cdata, a.batch_tokens, random.Random(a.seed + 1))
         log(f"copy warm-up: {len(cdata)} conversations for the first {a.copy_warmup} steps")
     t1, seen, lsum, lcount = time.time(), 0, 0.0, 0
@@ -389,7 +423,9 @@ def main():
             "examples": a.examples, "qat_frac": a.qat_frac, "space_merges": a.space_merges,
             "induction_init": a.induction_init, "two_back": a.two_back, "arith_extra": a.arith_extra,
             "copy_warmup": a.copy_warmup, "copy_mix": a.copy_mix, "wide": a.wide,
-            "offskill": a.offskill, "task_weather": a.task_weather, "threads": a.threads, "layers": pc["num_hidden_layers"], "init": a.init, "stage": a.stage, "parameters": nparam,
+            "offskill": a.offskill, "task_weather": a.task_weather, "hard": a.hard,
+            "think_arith": a.think_arith, "small_operands": a.small_operands,
+            "embed_decay": a.embed_decay, "head_renorm": a.head_renorm, "threads": a.threads, "layers": pc["num_hidden_layers"], "init": a.init, "stage": a.stage, "parameters": nparam,
             "train_seconds": round(train_s)}
     if a.init:
         # The stages before, as their checkpoint recorded them, and the time of all.
