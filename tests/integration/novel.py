@@ -48,6 +48,62 @@ NAMES2 = ["Agnieszka", "Bartłomiej", "Céline", "Dagný", "Eleftheria", "Fionnu
           "Xóchitl", "Yannick", "Zdeněk", "Åsa", "Bernadette", "Cosmin", "Dorotea", "Eamon",
           "Florin", "Gráinne", "Hedda", "Ioana", "Jarosław", "Kasimir", "Lorcan", "Mette",
           "Noémie"]
+# A third set, written before the demo trained on random pieces of its vocabulary
+# was first scored on it, and never used to tune anything (skills.py --novel --set 3).
+WORDS3 = """anvil bellows caravan dormouse eyelet ferret gazebo hatchet inkwell jackal
+kestrel lilac mongoose nectar obelisk pelican quince rucksack scallop thistle tadpole
+unicorn vinegar weasel wombat yeoman zither abacus bobbin clarinet doorknob easel flannel
+gherkin hornet iguana juniper kiln locket marmot""".split()
+CITIES3 = ["Szczecin", "Lublin", "Białystok", "Örebro", "Umeå", "Odense", "Esbjerg",
+           "Tampere", "Vaasa", "Klaipėda", "Liepāja", "Narva", "Brno", "Ostrava", "Plzeň",
+           "Banská Bystrica", "Szeged", "Miskolc", "Cluj-Napoca", "Constanța", "Niš",
+           "Novi Sad", "Maribor", "Bitola", "Shkodër", "Burgas", "Varna", "Gaziantep",
+           "Eskişehir", "Kutaisi", "Gyumri", "Shymkent", "Bukhara", "Samarkand", "Mandalay",
+           "Cusco", "Trujillo", "Barranquilla", "Rosário", "Jaén"]
+NAMES3 = ["Aurélie", "Bogdan", "Csilla", "Dariusz", "Eszter", "Frederikke", "Gunnhild",
+          "Hallvard", "Ignacy", "Jadwiga", "Katarzyna", "Ludmila", "Maëlle", "Nadežda", "Odile",
+          "Przemysław", "Ragnhild", "Sigrún", "Tuomas", "Urszula", "Valdís", "Witold",
+          "Yevhen", "Zofia", "Anneliese", "Božena", "Cormac", "Dervla", "Evangelos",
+          "Fearghal", "Gwenaëlle", "Ilona", "Jovana", "Kjersti", "Lisbeth", "Miroslav",
+          "Nanna", "Oona", "Piotr", "Teodora"]
+# A fourth, written before the checkpoint trained on space-led pieces was first
+# scored on it, and never used to tune anything (skills.py --novel --set 4).
+WORDS4 = """apricot barnacle chestnut driftwood eggplant firefly gondola hedgehog ivory
+jellyfish knapsack lavender mackerel nightjar oatmeal porcupine quarry reindeer saffron
+toboggan trumpet upholstery vulture wagon yogurt zeppelin almond buttress cinnamon
+dumpling elbow fennel garlic horseshoe inlet jukebox ketchup lettuce moth nozzle""".split()
+CITIES4 = ["Częstochowa", "Toruń", "Rzeszów", "Norrköping", "Helsingborg", "Aarhus",
+           "Kristiansand", "Lahti", "Kuopio", "Panevėžys", "Jelgava", "Rēzekne",
+           "Haapsalu", "Hradec Králové", "Liberec", "Trenčín", "Nitra", "Veszprém",
+           "Eger", "Sibiu", "Oradea", "Craiova", "Kragujevac", "Subotica", "Osijek", "Zadar",
+           "Ohrid", "Durrës", "Stara Zagora", "Ruse", "Trabzon", "Batumi", "Vanadzor",
+           "Karaganda", "Khujand", "Bishkek", "Chiclayo", "Maracaibo", "Guayaquil",
+           "Mérida"]
+NAMES4 = ["Anouk", "Bożydar", "Cäcilie", "Dóra", "Egill", "Fenna", "Gudrún", "Hjalmar",
+          "Ivana", "Jiří", "Klaudia", "Lennart", "Mārtiņš", "Nils", "Otília", "Pernille",
+          "Radka", "Stanisław", "Tõnu", "Unnur", "Vilhelmína", "Wendelin", "Ysolde",
+          "Zbigniew", "Ágota", "Brynjar", "Ciarán", "Dragoș", "Elżbieta", "Filippa", "Gintarė",
+          "Hilde", "Ieva", "Jozef", "Kaja", "Liudmila", "Milena", "Nedeljko", "Oddný",
+          "Pálma"]
+# A fifth, written after the committed checkpoint was chosen and scored only on it.
+WORDS5 = """acrobat bagpipe cauldron dewdrop earmuff flamingo gargoyle hyacinth icicle
+jasper kumquat lamppost mulberry nautilus oriole pinecone quokka rhubarb sandbar
+tortoise tuxedo ukulele vestibule windmill xylophone yardstick zucchini armadillo
+blowtorch chameleon dandelion escalator foxglove gumdrop hammerhead icebox jetty
+kingfisher limpet mosaic""".split()
+CITIES5 = ["Koszalin", "Gniezno", "Växjö", "Luleå", "Visby", "Randers", "Ålesund",
+           "Bodø", "Hämeenlinna", "Seinäjoki", "Ventspils", "Viljandi", "Šančiai",
+           "Třebíč", "Zlín", "Prešov", "Sopron", "Kecskemét", "Târgu Mureș", "Bacău",
+           "Čačak", "Šibenik", "Vukovar", "Tetovo", "Korçë", "Pleven", "Sliven", "Adapazarı",
+           "Zugdidi", "Dilijan", "Aktobe", "Osh", "Fergana", "Huancayo", "Ibagué", "Cúcuta",
+           "Ambato", "Salta", "Posadas", "Tandil"]
+NAMES5 = ["Agata", "Bjørnar", "Cosima", "Dobromir", "Edite", "Folkert", "Greta", "Hrafn",
+          "Iulia", "Jaroslava", "Kalle", "Ljiljana", "Magnús", "Nicoleta", "Oskar", "Pålina",
+          "Róisín", "Sölvi", "Tamás", "Uršula", "Věra", "Wiesław", "Ysabeau", "Živa", "Ærling",
+          "Berit", "Catrìona", "Dezső", "Emőke", "Fridtjof", "Gergő", "Halldóra", "Imre",
+          "Jindřich", "Kornélia", "Lukáš", "Mairéad", "Nóra", "Ottó", "Perttu"]
+SETS = {1: (WORDS, CITIES, NAMES), 2: (WORDS2, CITIES2, NAMES2), 3: (WORDS3, CITIES3, NAMES3),
+        4: (WORDS4, CITIES4, NAMES4), 5: (WORDS5, CITIES5, NAMES5)}
 OFF_SKILL = [
     "Write a poem about the sea",
     "Write one sentence about the Loire valley 🏰.",
@@ -75,11 +131,11 @@ OFF_SKILL = [
 def _check():
     known = set(corpus.WORDS) | set(corpus.REAL_CITIES) | set(corpus.FIRST_NAMES) | \
         set(offskill.TOPICS)
-    mine = WORDS + CITIES + NAMES + WORDS2 + CITIES2 + NAMES2
+    mine = [w for lists in SETS.values() for ws in lists for w in ws]
     clash = [w for w in mine if w in known or w.lower() in known]
     twice = sorted({w for w in mine if mine.count(w) > 1})
     if twice:
-        raise SystemExit(f"novel.py: in both sets: {twice}")
+        raise SystemExit(f"novel.py: in two sets: {twice}")
     if clash:
         raise SystemExit(f"novel.py: in the training lists: {clash}")
 

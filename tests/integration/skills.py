@@ -3,7 +3,7 @@
 asked through the official OpenAI Node SDK (tests/oracle/skills.mjs), judged here.
 
     tests/integration/skills.py [--url http://127.0.0.1:8001/v1] [--n 50]
-                                [--seed S] [--novel [--fresh]] [--stream] [--json]
+                                [--seed S] [--novel [--set N | --fresh]] [--stream] [--json]
 
 The instances come from tools/train/corpus.py with held=True: prompts, word
 strings, cities and names whose checksum puts them outside the training corpus
@@ -12,7 +12,9 @@ strings, cities and names whose checksum puts them outside the training corpus
 their words, cities and names from tests/integration/novel.py instead (lists
 the training never saw, non-ASCII included), and the off-skill prompts and
 Open WebUI's tasks are asked too, with no max_tokens: the pack's default;
---fresh takes novel.py's second set of lists, kept apart from all tuning.
+--set N takes novel.py's set N of lists (1 to 5; --fresh is --set 2); each
+later set was written before the checkpoint it first scored (which set tuned
+what: tools/train/README.md).
 Used by test_demo.py (fixed seeds) and for the figures in docs/usage.md (fresh
 seeds, --n 200; --novel --n 50)."""
 import argparse
@@ -37,24 +39,22 @@ SKILLS = ("arith", "echo", "weather", "followup", "json", "think_on", "think_off
 # over HTTP: what the demo model was trained to meet.
 TARGETS = {"arith": 0.95, "echo": 0.90, "weather": 0.95, "followup": 0.90, "json": 0.90,
            "think_on": 0.90, "think_off": 0.90, "offskill": 0.95, "task": 0.95}
-# The bars on words, cities and names the training never saw (--novel): what the
-# committed demo meets; copying them is still its weakest skill (docs/usage.md).
-NOVEL_TARGETS = dict(TARGETS, echo=0.75, weather=0.75, json=0.85)
+# The bars on words, cities and names the training never saw (--novel): the same
+# as on held-out instances of its own generators (docs/usage.md).
+NOVEL_TARGETS = dict(TARGETS)
 # An off-skill answer or a task's JSON past this many tokens is wrong.
 OFF_MAX_TOKENS = 64
 
 
-def novel_lists(fresh=False):
-    """(words, cities, names) of novel.py: its first set, or its second."""
-    if fresh:
-        return novel.WORDS2, novel.CITIES2, novel.NAMES2
-    return novel.WORDS, novel.CITIES, novel.NAMES
+def novel_lists(which=1):
+    """(words, cities, names) of novel.py's set `which` (1, 2 or 3)."""
+    return novel.SETS[which]
 
 
-def novel_words(r, fresh=False):
+def novel_words(r, which=1):
     """1 to 6 different words from novel.py: mostly its words, some names and
     cities (one word each)."""
-    words, cities, names = novel_lists(fresh)
+    words, cities, names = novel_lists(which)
     names = names + [c for c in cities if " " not in c]
     n = r.randint(1, 6)
     k = sum(r.random() < 0.3 for _ in range(n))
@@ -63,13 +63,13 @@ def novel_words(r, fresh=False):
     return " ".join(ws)
 
 
-def instances(seed, n, novel_words_=False, fresh=False):
+def instances(seed, n, novel_words_=False, which=1):
     """n held-out instances of each skill: dicts with the request (messages,
     tools, enable_thinking) and what a right answer must hold (expect). With
     novel_words_, the copied words, cities and names come from novel.py, and
     the off-skill prompts (in turn without thinking, with it off and on) and
-    Open WebUI's tasks are added, sent without max_tokens; fresh: novel.py's
-    second set of lists."""
+    Open WebUI's tasks are added, sent without max_tokens; which: the set of
+    novel.py's lists."""
     r = random.Random(seed)
     out = []
 
@@ -81,9 +81,9 @@ def instances(seed, n, novel_words_=False, fresh=False):
     for _ in range(n):
         q, _a, _w, c = corpus.arith(r, True)
         add("arith", user(q), c)
-        s = novel_words(r, fresh) if novel_words_ else corpus.echo_words(r, True)
+        s = novel_words(r, which) if novel_words_ else corpus.echo_words(r, True)
         add("echo", user(f"Repeat after me: {s}"), s)
-        city = r.choice(novel_lists(fresh)[1]) if novel_words_ else corpus.city(r, True)
+        city = r.choice(novel_lists(which)[1]) if novel_words_ else corpus.city(r, True)
         add("weather", user(f"What's the weather in {city}?"), city, [corpus.WEATHER_TOOL])
         t, sky = corpus.temp(r), r.choice(corpus.SKIES)
         add("followup", user(f"What's the weather in {city}?") + [
@@ -94,7 +94,7 @@ def instances(seed, n, novel_words_=False, fresh=False):
              "content": json.dumps({"city": city, "temp_c": t, "sky": sky},
                                    separators=(",", ":"))}], t, [corpus.WEATHER_TOOL])
         if novel_words_:
-            name, age = r.choice(novel_lists(fresh)[2]), r.randint(1, 99)
+            name, age = r.choice(novel_lists(which)[2]), r.randint(1, 99)
             q = f"Reply with a JSON object with name {name} and age {age}."
         else:
             q, name, age = corpus.json_task(r, True)
@@ -204,8 +204,10 @@ def main():
     ap.add_argument("--seed", type=int)
     ap.add_argument("--novel", action="store_true",
                     help="novel words, cities and names (novel.py), off-skill prompts, tasks")
-    ap.add_argument("--fresh", action="store_true",
-                    help="with --novel: novel.py's second set of lists")
+    ap.add_argument("--set", type=int, choices=sorted(novel.SETS), default=1,
+                    help="with --novel: novel.py's set of lists")
+    ap.add_argument("--fresh", dest="set", action="store_const", const=2,
+                    help="with --novel: novel.py's second set (--set 2)")
     ap.add_argument("--stream", action="store_true")
     ap.add_argument("--json", action="store_true", help="also print every answer")
     ap.add_argument("--show-wrong", action="store_true")
@@ -214,14 +216,14 @@ def main():
                          "answers that differ")
     a = ap.parse_args()
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1 << 31)
-    insts = instances(seed, a.n, a.novel, a.fresh)
+    insts = instances(seed, a.n, a.novel, a.set)
     answers = ask(a.url, a.model, insts, a.stream)
     for i, ans in zip(insts, answers):
         if a.json or (a.show_wrong and not judge(i, ans)):
             print(json.dumps({"skill": i["skill"], "ask": i["messages"][-1]["content"],
                               "expect": i["expect"], "got": ans}))
     print(f"seed {seed}, {a.n} per skill{', novel words' if a.novel else ''}"
-          f"{' (second set)' if a.novel and a.fresh else ''}"
+          f"{f' (set {a.set})' if a.novel and a.set > 1 else ''}"
           f"{', streamed' if a.stream else ''}")
     for k, (ok, n) in score(insts, answers).items():
         print(f"{k:10s} {ok:4d}/{n:<4d} {100.0 * ok / n:5.1f} %  (target {TARGETS[k]:.0%})")

@@ -165,15 +165,15 @@ def skills_bf16_checkpoint_agrees():
 
 @test
 def skills_novel_words():
-    """Words, cities and names the training never saw (novel.py's two sets,
+    """Words, cities and names the training never saw (novel.py's three sets,
     non-ASCII included) copied by echo, the weather call, its follow-up and JSON
     at skills.NOVEL_TARGETS: 20 instances of each from each set. (The arithmetic
     of a --novel run is the held-out arithmetic skills_cpu_int8 checks.)"""
-    for fresh in (False, True):
-        insts = [i for i in skills.instances(NOVEL_SEED + 1, 20, novel_words_=True, fresh=fresh)
+    for which in sorted(skills.novel.SETS):
+        insts = [i for i in skills.instances(NOVEL_SEED + 1, 20, novel_words_=True, which=which)
                  if i["skill"] in ("echo", "weather", "followup", "json")]
         got = answers([], insts)
-        what = "novel words (second set)" if fresh else "novel words"
+        what = f"novel words (set {which})"
         meets_targets(report(insts, got, what), what, skills.NOVEL_TARGETS)
 
 
