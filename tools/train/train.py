@@ -330,7 +330,8 @@ def main():
     ap.add_argument("--think-arith", type=float, default=0.0,
                     help="this share of the --arith-extra conversations asked with thinking on")
     ap.add_argument("--small-operands", type=float, default=0.0,
-                    help="this share of the sums has one operand below 10 or the two close")
+                    help="this share of the sums has one operand below 10, the two close, "
+                         "or an operand of two equal digits")
     ap.add_argument("--embed-decay", type=float, default=0.1,
                     help="weight decay of the embedding and lm_head (the other matrices: 0.1)")
     ap.add_argument("--head-renorm", action="store_true",
