@@ -165,7 +165,7 @@ def skills_bf16_checkpoint_agrees():
 
 @test
 def skills_novel_words():
-    """Words, cities and names the training never saw (novel.py's three sets,
+    """Words, cities and names the training never saw (novel.py's five sets,
     non-ASCII included) copied by echo, the weather call, its follow-up and JSON
     at skills.NOVEL_TARGETS: 20 instances of each from each set. (The arithmetic
     of a --novel run is the held-out arithmetic skills_cpu_int8 checks.)"""

@@ -74,8 +74,7 @@ def head_renorm(model):
     with torch.no_grad():
         w = model.lm_head.weight
         n = w.norm(dim=1, keepdim=True)
-        med = n.median()
-        w.mul_(torch.where(n < med, med / n.clamp_min(1e-6), torch.ones_like(n)))
+        w.mul_((n.median() / n.clamp_min(1e-6)).clamp_min(1.0))
 
 
 def encode_example(tk, tpl, msgs, tools, mode, train_idx):
@@ -104,9 +103,9 @@ def build_dataset(tk, tpl, seed, n, copy=False, arith=0.0, wide=0.0, off=0.0, ta
     """[(prefix index or -1, ids, mask)], prefixes: the system turn of the
     conversations with tools (the long tool preamble), shared in a batch so it
     is computed once per batch rather than once per conversation."""
-    pieces = (hard, *offskill.letter_pieces(tk)) if hard else None
+    hard_words = (hard, *offskill.letter_pieces(tk)) if hard else None
     g = corpus.Gen(seed, copy=copy, arith=arith, wide=wide, off=off, task_weather=task_weather,
-                   hard=pieces, think=think, small=small)
+                   hard=hard_words, think=think, small=small)
     data, prefixes, pindex = [], [], {}
     for _ in range(n):
         msgs, tools, mode, idx = g.example()
